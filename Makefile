@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` and `make test`.
+# Both create .venv/ at the repo root when it is missing. CPU torch is pinned: a bare `torch`
+# would pull a multi-GB CUDA build on these machines.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_PIN := torch==2.13.0
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
+
+.PHONY: demo test lint bench clean-venv browser-deps
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Runtime install: the notebook side, the engine and the notebook tools the demo runs.
+$(VENV)/.stamp-run: pyproject.toml | $(BIN)/python
+	$(PIP) $(TORCH_PIN)
+	$(PIP) -e ".[engine,notebook]"
+	touch $@
+
+# Dev install: everything above plus the test tools, moto, playwright.
+$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-run
+	$(PIP) -e ".[engine,notebook,aws,dev]"
+	touch $@
+
+demo: $(VENV)/.stamp-run
+	$(BIN)/python -m skyrl_nb.demo
+
+browser-deps:
+	@bash scripts/install-browser.sh
+
+test: $(VENV)/.stamp-dev browser-deps
+	$(BIN)/python -m pytest -q -ra tests
+
+lint: $(VENV)/.stamp-dev
+	$(BIN)/ruff check .
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,3 @@
+"""skyrl-nb: RL post-training of language models from a notebook."""
+
+__version__ = "0.1.0"

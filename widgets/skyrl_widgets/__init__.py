@@ -1,0 +1,1 @@
+"""Views for skyrl-nb: dashboard pieces, trajectory inspector, config form, cluster panel."""
