@@ -1,0 +1,84 @@
+"""The run store: atomic writes, incremental reads, torn lines, resume truncation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from skyrl_nb.config import load_config
+from skyrl_nb.runs import RunReader, RunWriter, list_runs, open_run
+
+
+def _rows(step, n=4):
+    return [{"step": step, "uid": f"{step}-{i}", "group": i // 2, "prompt": "1+1=", "response": "2",
+             "reward": float(i % 2), "advantage": 0.5, "num_tokens": 2, "finish_reason": "stop",
+             "env_class": "arithmetic", "data_source": "arithmetic"} for i in range(n)]
+
+
+def test_writer_reader_round_trip(tmp_path):
+    w = RunWriter(tmp_path / "r1")
+    w.write_config(load_config("quickstart"))
+    w.set_status("running", step=0, total_steps=3)
+    r = RunReader(tmp_path / "r1")
+    assert r.poll() == []
+    for step in (1, 2):
+        w.log_metrics(step, {"reward/avg_raw_reward": step / 10, "timing/step": float("nan")})
+        w.write_trajectories(step, _rows(step))
+    new = r.poll()
+    assert [m["step"] for m in new] == [1, 2] and new[1]["reward/avg_raw_reward"] == 0.2
+    assert new[0]["timing/step"] is None  # NaN is not JSON
+    assert r.poll() == []
+    w.log_metrics(3, {"reward/avg_raw_reward": 0.3})
+    assert [m["step"] for m in r.poll()] == [3]
+    assert r.trajectory_steps() == [1, 2]
+    frame = r.trajectories(2, columns=["uid", "reward", "nope"])
+    assert list(frame.columns) == ["uid", "reward"] and len(frame) == 4
+    assert r.config()["trainer"]["policy"]["model"]["path"] == "builtin://tiny-qwen2"
+    w.set_status("succeeded", step=3)
+    s = r.summary()
+    assert (s.state, s.step, s.total_steps, s.last_reward) == ("succeeded", 3, 3, 0.3)
+    assert "r1" in repr(r) and "succeeded" in r._repr_html_()
+    assert [x.run_id for x in list_runs(tmp_path)] == ["r1"]
+
+
+def test_torn_last_line_is_left_for_later(tmp_path):
+    w = RunWriter(tmp_path / "r")
+    w.log_metrics(1, {"a": 1})
+    path = tmp_path / "r" / "metrics.jsonl"
+    with path.open("a") as f:
+        f.write('{"step": 2, "a"')  # a writer killed mid-line
+    r = RunReader(tmp_path / "r")
+    assert [m["step"] for m in r.poll()] == [1]
+    with path.open("a") as f:
+        f.write(': 2}\n')
+    assert [m["step"] for m in r.poll()] == [2]
+
+
+def test_truncate_after_for_resume(tmp_path):
+    w = RunWriter(tmp_path / "r")
+    r = RunReader(tmp_path / "r")
+    for step in range(1, 6):
+        w.log_metrics(step, {"x": step})
+        w.write_trajectories(step, _rows(step))
+        w.log_event("checkpoint_saved", step=step)
+    assert len(r.poll()) == 5
+    w.truncate_after(3)
+    assert [m["step"] for m in r.metrics()] == [1, 2, 3]
+    assert r.trajectory_steps() == [1, 2, 3]
+    assert [e["step"] for e in r.events()] == [1, 2, 3]
+    w.log_metrics(4, {"x": 4})
+    # the reader notices the rewrite and re-reads from the start
+    assert [m["step"] for m in r.poll()] == [1, 2, 3, 4]
+
+
+def test_open_run_errors_and_status_validation(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a run directory"):
+        open_run(tmp_path / "missing")
+    w = RunWriter(tmp_path / "r")
+    with pytest.raises(ValueError, match="allowed: pending"):
+        w.set_status("exploded")
+    w.set_status("failed", error="Traceback...\nValueError: boom")
+    status = json.loads((tmp_path / "r" / "status.json").read_text())
+    assert status["state"] == "failed" and status["ended_at"] is not None
+    assert "boom" in open_run(tmp_path / "r").summary()._repr_html_()
