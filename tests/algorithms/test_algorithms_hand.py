@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-
 from skyrl_engine import algorithms as alg
 
 
