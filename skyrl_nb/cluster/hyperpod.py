@@ -1,0 +1,1006 @@
+"""Ray clusters on SageMaker HyperPod (EKS orchestration) through KubeRay.
+
+>>> import skyrl_nb
+>>> rc = skyrl_nb.cluster.hyperpod("my-hyperpod", workers=[("ml.g5.12xlarge", 2)])   # doctest: +SKIP
+>>> rc.plan()            # the RayCluster manifest and placement, nothing touched      # doctest: +SKIP
+>>> rc.up()              # create the RayCluster, wait for state == ready             # doctest: +SKIP
+>>> cluster = rc.connect()   # port-forward through the API server -> skyrl_nb Cluster  # doctest: +SKIP
+>>> rc.scale("g5-12xlarge", 4); rc.status(); rc.delete()                              # doctest: +SKIP
+
+The HyperPod cluster is found with boto3 (``sagemaker.describe_cluster`` / ``list_cluster_nodes``);
+the EKS endpoint and CA come from ``eks.describe_cluster``; Kubernetes is reached with
+:mod:`skyrl_nb.cluster.kube` (EKS bearer token, no kubectl).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any
+
+from skyrl_nb.cluster.kube import ApiPaths, KubeClient, KubeConflict, KubeNotFound, PortForward
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE = "rayproject/ray:2.52.1-py311-gpu"
+DEFAULT_RAY_VERSION = "2.52.1"
+HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+INSTANCE_GROUP_LABEL = "sagemaker.amazonaws.com/instance-group-name"
+DASHBOARD_PORT = 8265
+METRICS_PORT = 8080
+
+
+@dataclass(frozen=True)
+class InstanceShape:
+    """What one instance type offers a pod: GPUs, EFA interfaces, vCPUs and memory (GiB)."""
+
+    gpus: int
+    efa: int
+    vcpus: int
+    memory_gib: int
+
+
+#: Instance types seen on HyperPod with their accelerator and network shape (AWS instance pages).
+INSTANCE_TYPES: dict[str, InstanceShape] = {
+    "ml.t3.xlarge": InstanceShape(0, 0, 4, 16),
+    "ml.m5.xlarge": InstanceShape(0, 0, 4, 16),
+    "ml.m5.2xlarge": InstanceShape(0, 0, 8, 32),
+    "ml.m5.4xlarge": InstanceShape(0, 0, 16, 64),
+    "ml.m5.12xlarge": InstanceShape(0, 0, 48, 192),
+    "ml.c5.4xlarge": InstanceShape(0, 0, 16, 32),
+    "ml.g5.xlarge": InstanceShape(1, 0, 4, 16),
+    "ml.g5.2xlarge": InstanceShape(1, 0, 8, 32),
+    "ml.g5.4xlarge": InstanceShape(1, 0, 16, 64),
+    "ml.g5.8xlarge": InstanceShape(1, 1, 32, 128),
+    "ml.g5.12xlarge": InstanceShape(4, 1, 48, 192),
+    "ml.g5.16xlarge": InstanceShape(1, 1, 64, 256),
+    "ml.g5.24xlarge": InstanceShape(4, 1, 96, 384),
+    "ml.g5.48xlarge": InstanceShape(8, 1, 192, 768),
+    "ml.g6.xlarge": InstanceShape(1, 0, 4, 16),
+    "ml.g6.12xlarge": InstanceShape(4, 1, 48, 192),
+    "ml.g6.48xlarge": InstanceShape(8, 1, 192, 768),
+    "ml.g6e.xlarge": InstanceShape(1, 0, 4, 32),
+    "ml.g6e.12xlarge": InstanceShape(4, 1, 48, 384),
+    "ml.g6e.48xlarge": InstanceShape(8, 4, 192, 1536),
+    "ml.p4d.24xlarge": InstanceShape(8, 4, 96, 1152),
+    "ml.p4de.24xlarge": InstanceShape(8, 4, 96, 1152),
+    "ml.p5.48xlarge": InstanceShape(8, 32, 192, 2048),
+    "ml.p5e.48xlarge": InstanceShape(8, 32, 192, 2048),
+    "ml.p5en.48xlarge": InstanceShape(8, 16, 192, 2048),
+}
+
+
+def instance_shape(instance_type: str) -> InstanceShape:
+    """The :class:`InstanceShape` of ``instance_type``; a clear error naming the known ones if unknown."""
+    try:
+        return INSTANCE_TYPES[instance_type]
+    except KeyError:
+        known = ", ".join(sorted(INSTANCE_TYPES))
+        raise ValueError(
+            f"instance type {instance_type!r} is not in skyrl-nb's table; pass gpus=/efa=/cpu=/memory= "
+            f"explicitly on the WorkerGroup, or use one of: {known}"
+        ) from None
+
+
+def _k8s_name(text: str) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return name[:40] or "group"
+
+
+@dataclass
+class WorkerGroup:
+    """One KubeRay worker group: ``replicas`` pods of one instance type, one pod per node.
+
+    ``gpus``/``efa``/``cpu``/``memory_gib`` default from :data:`INSTANCE_TYPES` (the pod takes the
+    whole node, minus headroom for HyperPod's daemon sets). ``instance_group`` pins the pods to one
+    HyperPod instance group when two groups share an instance type.
+    """
+
+    instance_type: str
+    replicas: int = 1
+    gpus: int | None = None
+    name: str | None = None
+    min_replicas: int = 0
+    max_replicas: int | None = None
+    efa: int | None = None
+    cpu: int | None = None
+    memory_gib: int | None = None
+    instance_group: str | None = None
+
+    def __post_init__(self) -> None:
+        known = INSTANCE_TYPES.get(self.instance_type)
+        if known is None and None in (self.gpus, self.cpu, self.memory_gib):
+            instance_shape(self.instance_type)  # raises with the list of known types
+        if known is not None:
+            self.gpus = known.gpus if self.gpus is None else self.gpus
+            self.efa = known.efa if self.efa is None else self.efa
+            self.cpu = self.cpu or max(1, int(known.vcpus * 0.85))
+            self.memory_gib = self.memory_gib or max(2, int(known.memory_gib * 0.85))
+        self.efa = self.efa or 0
+        self.name = self.name or _k8s_name(self.instance_type.removeprefix("ml.").replace(".", "-"))
+        self.max_replicas = max(self.replicas, self.max_replicas or self.replicas)
+        if self.replicas < 0 or self.min_replicas < 0:
+            raise ValueError(f"worker group {self.name!r}: replicas must be >= 0, got {self.replicas}")
+        if known is not None and self.gpus is not None and self.gpus > known.gpus:
+            raise ValueError(
+                f"worker group {self.name!r}: {self.instance_type} has {known.gpus} GPUs, asked for {self.gpus}"
+            )
+
+    @classmethod
+    def coerce(cls, value: WorkerGroup | dict[str, Any] | tuple[Any, ...] | str) -> WorkerGroup:
+        """Accept a WorkerGroup, a dict of its fields, ``(instance_type, replicas[, gpus])`` or a type."""
+        if isinstance(value, WorkerGroup):
+            return value
+        if isinstance(value, dict):
+            return cls(**value)
+        if isinstance(value, str):
+            return cls(value)
+        return cls(*value)
+
+    def __repr__(self) -> str:
+        return (f"WorkerGroup({self.name!r}, {self.instance_type}, replicas={self.replicas}, "
+                f"gpus={self.gpus}, efa={self.efa})")
+
+    def _repr_html_(self) -> str:
+        return f"<code>{escape(repr(self))}</code>"
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def _ray_version(image: str) -> str:
+    m = re.search(r":(\d+\.\d+\.\d+)", image)
+    return m.group(1) if m else DEFAULT_RAY_VERSION
+
+
+def build_manifest(
+    name: str,
+    namespace: str,
+    workers: Sequence[WorkerGroup],
+    *,
+    image: str = DEFAULT_IMAGE,
+    fsx_claim: str | None = None,
+    fsx_mount: str = "/fsx",
+    auth: bool = True,
+    head_cpu: int = 4,
+    head_memory_gib: int = 16,
+    head_instance_type: str | None = None,
+    env: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The KubeRay ``RayCluster`` (``ray.io/v1``) for a head without GPUs and ``workers``."""
+    env_list = [{"name": k, "value": v} for k, v in sorted((env or {}).items())]
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if fsx_claim:
+        volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": fsx_claim}})
+        mounts.append({"name": "fsx", "mountPath": fsx_mount})
+    pre_stop = {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}}
+    common_labels = {"app.kubernetes.io/managed-by": "skyrl-nb", **(labels or {})}
+
+    head_selector = {HEALTH_LABEL: "Schedulable"}
+    if head_instance_type:
+        head_selector[INSTANCE_TYPE_LABEL] = head_instance_type
+    head_resources = {"cpu": str(head_cpu), "memory": f"{head_memory_gib}Gi"}
+    head_container: dict[str, Any] = {
+        "name": "ray-head",
+        "image": image,
+        "resources": {"requests": dict(head_resources), "limits": dict(head_resources)},
+        "ports": [
+            {"containerPort": 6379, "name": "gcs-server"},
+            {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
+            {"containerPort": 10001, "name": "client"},
+            {"containerPort": METRICS_PORT, "name": "metrics"},
+        ],
+        "lifecycle": pre_stop,
+    }
+    if mounts:
+        head_container["volumeMounts"] = list(mounts)
+    if env_list:
+        head_container["env"] = list(env_list)
+    head_pod: dict[str, Any] = {"containers": [head_container], "nodeSelector": head_selector}
+    if volumes:
+        head_pod["volumes"] = list(volumes)
+
+    groups = []
+    for g in workers:
+        limits: dict[str, Any] = {"cpu": str(g.cpu), "memory": f"{g.memory_gib}Gi"}
+        if g.gpus:
+            limits["nvidia.com/gpu"] = g.gpus
+        if g.efa:
+            limits["vpc.amazonaws.com/efa"] = g.efa
+        selector = {HEALTH_LABEL: "Schedulable", INSTANCE_TYPE_LABEL: g.instance_type}
+        if g.instance_group:
+            selector[INSTANCE_GROUP_LABEL] = g.instance_group
+        container: dict[str, Any] = {
+            "name": "ray-worker",
+            "image": image,
+            "resources": {"requests": dict(limits), "limits": dict(limits)},
+            "ports": [{"containerPort": METRICS_PORT, "name": "metrics"}],
+            "lifecycle": pre_stop,
+            # NCCL needs more shared memory than the container default of 64 MiB.
+            "volumeMounts": [*mounts, {"name": "dshm", "mountPath": "/dev/shm"}],
+        }
+        if env_list:
+            container["env"] = list(env_list)
+        pod: dict[str, Any] = {
+            "containers": [container],
+            "nodeSelector": selector,
+            "volumes": [*volumes, {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        }
+        if g.gpus:
+            pod["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        groups.append({
+            "groupName": g.name,
+            "replicas": g.replicas,
+            "minReplicas": g.min_replicas,
+            "maxReplicas": g.max_replicas,
+            "rayStartParams": {"metrics-export-port": str(METRICS_PORT), "num-gpus": str(g.gpus or 0)},
+            "template": {"metadata": {"labels": dict(common_labels)}, "spec": pod},
+        })
+
+    spec: dict[str, Any] = {
+        "rayVersion": _ray_version(image),
+        "headGroupSpec": {
+            "rayStartParams": {
+                "dashboard-host": "0.0.0.0",
+                "metrics-export-port": str(METRICS_PORT),
+                "num-gpus": "0",
+            },
+            "template": {"metadata": {"labels": dict(common_labels)}, "spec": head_pod},
+        },
+        "workerGroupSpecs": groups,
+    }
+    if auth:
+        spec["authOptions"] = {"mode": "token"}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(common_labels)},
+        "spec": spec,
+    }
+
+
+# --------------------------------------------------------------------------- HyperPod (boto3)
+
+
+class HyperPodError(RuntimeError):
+    """The HyperPod cluster is missing, not EKS-orchestrated, or not InService."""
+
+
+class ClusterNotReady(TimeoutError):
+    """``wait_ready`` ran out of time; ``stuck`` names the condition that held it up."""
+
+    def __init__(self, message: str, *, stuck: str, status: RayClusterStatus | None = None):
+        super().__init__(message)
+        self.stuck = stuck
+        self.status = status
+
+
+@dataclass
+class HyperPodInfo:
+    """What boto3 says about a HyperPod cluster: status, EKS cluster, instance groups, node health."""
+
+    name: str
+    arn: str
+    status: str
+    eks_cluster_arn: str | None
+    region: str
+    instance_groups: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def eks_cluster_name(self) -> str | None:
+        """The EKS cluster name (last part of its ARN)."""
+        return self.eks_cluster_arn.rsplit("/", 1)[-1] if self.eks_cluster_arn else None
+
+    def healthy_nodes(self, instance_type: str | None = None) -> int:
+        """Nodes whose HyperPod status is Running (of ``instance_type`` when given)."""
+        return sum(
+            1 for n in self.nodes
+            if n.get("InstanceStatus", {}).get("Status") == "Running"
+            and (instance_type is None or n.get("InstanceType") == instance_type)
+        )
+
+    def node_health(self) -> dict[str, dict[str, int]]:
+        """``{instance_group: {status: count}}`` from ``list_cluster_nodes``."""
+        out: dict[str, dict[str, int]] = {}
+        for n in self.nodes:
+            group = out.setdefault(n.get("InstanceGroupName", "?"), {})
+            st = n.get("InstanceStatus", {}).get("Status", "?")
+            group[st] = group.get(st, 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for widgets."""
+        return {
+            "name": self.name, "status": self.status, "region": self.region,
+            "eks_cluster": self.eks_cluster_name,
+            "instance_groups": [
+                {"name": g.get("InstanceGroupName"), "instance_type": g.get("InstanceType"),
+                 "current": g.get("CurrentCount"), "target": g.get("TargetCount"),
+                 "gpus_per_node": INSTANCE_TYPES.get(g.get("InstanceType", ""), InstanceShape(0, 0, 0, 0)).gpus}
+                for g in self.instance_groups
+            ],
+            "node_health": self.node_health(),
+        }
+
+    def __repr__(self) -> str:
+        groups = ", ".join(f"{g.get('InstanceGroupName')}={g.get('InstanceType')}x{g.get('CurrentCount')}"
+                           for g in self.instance_groups)
+        return (f"HyperPodInfo({self.name!r}, {self.status}, eks={self.eks_cluster_name!r}, "
+                f"groups=[{groups}], healthy_nodes={self.healthy_nodes()}/{len(self.nodes)})")
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{escape(str(g['name']))}</td><td>{escape(str(g['instance_type']))}</td>"
+            f"<td>{g['current']}/{g['target']}</td><td>{g['gpus_per_node']}</td>"
+            f"<td>{escape(', '.join(f'{k}: {v}' for k, v in self.node_health().get(g['name'], {}).items()))}</td></tr>"
+            for g in self.to_dict()["instance_groups"]
+        )
+        return (f"<b>HyperPod {escape(self.name)}</b> ({escape(self.status)}, EKS "
+                f"{escape(str(self.eks_cluster_name))})<table><tr><th>group</th><th>type</th>"
+                f"<th>nodes</th><th>GPUs/node</th><th>health</th></tr>{rows}</table>")
+
+
+def describe_hyperpod(name: str, *, region: str | None = None, session: Any = None,
+                      require_eks: bool = True, require_in_service: bool = True) -> HyperPodInfo:
+    """Look up a HyperPod cluster and its nodes; a clear :class:`HyperPodError` when it cannot host KubeRay."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    session = session or boto3.Session(region_name=region)
+    region = region or session.region_name
+    sm = session.client("sagemaker", region_name=region)
+    try:
+        desc = sm.describe_cluster(ClusterName=name)
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") in ("ResourceNotFound", "ValidationException"):
+            raise HyperPodError(
+                f"No HyperPod cluster named {name!r} in {region}: {e.response['Error'].get('Message', '')}"
+            ) from None
+        raise
+    eks_arn = (desc.get("Orchestrator") or {}).get("Eks", {}).get("ClusterArn")
+    status = desc.get("ClusterStatus", "?")
+    if require_eks and not eks_arn:
+        kind = "Slurm" if (desc.get("Orchestrator") or {}).get("Slurm") else "Slurm (no Orchestrator.Eks)"
+        raise HyperPodError(
+            f"HyperPod cluster {name!r} is orchestrated by {kind}, not Amazon EKS; KubeRay needs an "
+            "EKS-orchestrated HyperPod cluster (create one with Orchestrator={'Eks': {'ClusterArn': ...}})."
+        )
+    if require_in_service and status != "InService":
+        extra = f": {desc['FailureMessage']}" if desc.get("FailureMessage") else ""
+        raise HyperPodError(f"HyperPod cluster {name!r} is {status}, not InService{extra}.")
+    nodes: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"ClusterName": name}
+    while True:
+        page = sm.list_cluster_nodes(**kwargs)
+        nodes.extend(page.get("ClusterNodeSummaries", []))
+        if not page.get("NextToken"):
+            break
+        kwargs["NextToken"] = page["NextToken"]
+    return HyperPodInfo(name=name, arn=desc.get("ClusterArn", ""), status=status, eks_cluster_arn=eks_arn,
+                        region=region or "", instance_groups=list(desc.get("InstanceGroups", [])), nodes=nodes)
+
+
+def resize_instance_group(name: str, instance_group: str, count: int, *, region: str | None = None,
+                          session: Any = None) -> str:
+    """Set a HyperPod instance group's node count with ``sagemaker.update_cluster``; returns the ARN.
+
+    The request repeats the group's type, lifecycle config and role from ``describe_cluster``, which
+    UpdateCluster requires alongside the new ``InstanceCount``.
+    """
+    import boto3
+
+    session = session or boto3.Session(region_name=region)
+    sm = session.client("sagemaker", region_name=region or session.region_name)
+    desc = sm.describe_cluster(ClusterName=name)
+    groups = {g["InstanceGroupName"]: g for g in desc.get("InstanceGroups", [])}
+    if instance_group not in groups:
+        raise HyperPodError(f"HyperPod cluster {name!r} has no instance group {instance_group!r}; "
+                            f"it has: {', '.join(groups) or 'none'}")
+    g = groups[instance_group]
+    spec: dict[str, Any] = {"InstanceGroupName": instance_group, "InstanceCount": count,
+                            "InstanceType": g["InstanceType"], "ExecutionRole": g["ExecutionRole"]}
+    for key in ("LifeCycleConfig", "ThreadsPerCore", "InstanceStorageConfigs", "OnStartDeepHealthChecks"):
+        if g.get(key) is not None:
+            spec[key] = g[key]
+    return sm.update_cluster(ClusterName=name, InstanceGroups=[spec])["ClusterArn"]
+
+
+# --------------------------------------------------------------------------- RayCluster status
+
+
+@dataclass
+class PodInfo:
+    """One Ray pod: name, role (head / worker group), phase, readiness, GPUs, and why it waits."""
+
+    name: str
+    group: str
+    phase: str
+    ready: bool
+    gpus: int = 0
+    node: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def from_pod(cls, pod: dict[str, Any]) -> PodInfo:
+        meta, spec, st = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
+        labels = meta.get("labels", {})
+        group = "head" if labels.get("ray.io/node-type") == "head" else labels.get("ray.io/group", "worker")
+        conds = {c.get("type"): c for c in st.get("conditions", [])}
+        ready = conds.get("Ready", {}).get("status") == "True"
+        gpus = sum(int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0) or 0)
+                   for c in spec.get("containers", []))
+        reason = None
+        sched = conds.get("PodScheduled", {})
+        if sched.get("status") == "False":
+            reason = f"{sched.get('reason', 'Unschedulable')}: {sched.get('message', '')}".strip(": ")
+        for cs in st.get("containerStatuses", []):
+            waiting = cs.get("state", {}).get("waiting")
+            if waiting:
+                reason = f"{waiting.get('reason', '')}: {waiting.get('message', '')}".strip(": ")
+        return cls(name=meta.get("name", "?"), group=group, phase=st.get("phase", "Unknown"), ready=ready,
+                   gpus=gpus, node=spec.get("nodeName"), reason=reason)
+
+
+@dataclass
+class RayClusterStatus:
+    """A RayCluster's state as KubeRay reports it, with its pods."""
+
+    name: str
+    namespace: str
+    state: str
+    reason: str | None
+    desired_workers: int
+    ready_workers: int
+    desired_gpus: int
+    conditions: list[dict[str, Any]]
+    pods: list[PodInfo]
+    groups: dict[str, int]
+    endpoints: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_objects(cls, rc: dict[str, Any], pods: Iterable[dict[str, Any]]) -> RayClusterStatus:
+        st = rc.get("status", {}) or {}
+        spec = rc.get("spec", {})
+        return cls(
+            name=rc["metadata"]["name"], namespace=rc["metadata"].get("namespace", "default"),
+            state=st.get("state", "") or "", reason=st.get("reason"),
+            desired_workers=int(st.get("desiredWorkerReplicas", 0) or 0),
+            ready_workers=int(st.get("readyWorkerReplicas", 0) or 0),
+            desired_gpus=int(float(str(st.get("desiredGPU", 0) or 0))),
+            conditions=list(st.get("conditions", [])),
+            pods=sorted((PodInfo.from_pod(p) for p in pods), key=lambda p: (p.group != "head", p.name)),
+            groups={g["groupName"]: int(g.get("replicas", 0)) for g in spec.get("workerGroupSpecs", [])},
+            endpoints=dict(st.get("endpoints", {}) or {}),
+        )
+
+    @property
+    def ready(self) -> bool:
+        """``status.state == "ready"``."""
+        return self.state == "ready"
+
+    @property
+    def head(self) -> PodInfo | None:
+        """The head pod, when it exists."""
+        return next((p for p in self.pods if p.group == "head"), None)
+
+    def stuck(self) -> str:
+        """The condition holding the cluster back, in words (first False condition, failing pods)."""
+        parts = []
+        for c in self.conditions:
+            bad = (c.get("status") == "True") if c.get("type") == "RayClusterReplicaFailure" else (
+                c.get("status") != "True" and c.get("type") in ("HeadPodReady", "RayClusterProvisioned"))
+            if bad:
+                parts.append(f"condition {c.get('type')}={c.get('status')} (reason {c.get('reason')}: "
+                             f"{c.get('message', '')})")
+        for p in self.pods:
+            if not p.ready:
+                parts.append(f"pod {p.name} {p.phase}" + (f" - {p.reason}" if p.reason else ""))
+        if not parts:
+            parts.append(f"state {self.state or '(none yet)'}"
+                         + (f" - {self.reason}" if self.reason else ""))
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for widgets."""
+        return {
+            "name": self.name, "namespace": self.namespace, "state": self.state or "pending",
+            "ready_workers": self.ready_workers, "desired_workers": self.desired_workers,
+            "gpus": self.desired_gpus, "groups": dict(self.groups),
+            "pods": [p.__dict__ for p in self.pods],
+        }
+
+    def __repr__(self) -> str:
+        return (f"RayClusterStatus({self.namespace}/{self.name}: state={self.state or 'pending'!r}, "
+                f"workers {self.ready_workers}/{self.desired_workers} ready, GPUs={self.desired_gpus}, "
+                f"pods={len(self.pods)})")
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{escape(p.name)}</td><td>{escape(p.group)}</td><td>{escape(p.phase)}</td>"
+            f"<td>{'✔' if p.ready else '…'}</td><td>{p.gpus}</td><td>{escape(p.reason or '')}</td></tr>"
+            for p in self.pods
+        )
+        return (f"<b>RayCluster {escape(self.namespace)}/{escape(self.name)}</b>: "
+                f"<code>{escape(self.state or 'pending')}</code>, workers {self.ready_workers}/"
+                f"{self.desired_workers} ready, {self.desired_gpus} GPUs<table><tr><th>pod</th><th>group</th>"
+                f"<th>phase</th><th>ready</th><th>GPUs</th><th>waiting on</th></tr>{rows}</table>")
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass
+class ClusterPlan:
+    """What :meth:`HyperPodRayCluster.up` would create: the manifest and where pods would land."""
+
+    manifest: dict[str, Any]
+    placement: list[dict[str, Any]]
+    warnings: list[str]
+
+    def to_yaml(self) -> str:
+        """The RayCluster manifest as YAML (``kubectl apply -f`` ready)."""
+        import yaml
+
+        return yaml.safe_dump(self.manifest, sort_keys=False)
+
+    def summary(self) -> str:
+        """A few lines a person reads before creating the cluster."""
+        m = self.manifest
+        lines = [f"RayCluster {m['metadata']['namespace']}/{m['metadata']['name']} "
+                 f"(ray {m['spec']['rayVersion']}, auth {m['spec'].get('authOptions', {}).get('mode', 'disabled')})"]
+        for p in self.placement:
+            avail = "?" if p["healthy_nodes"] is None else p["healthy_nodes"]
+            lines.append(f"  {p['group']:<16} {p['instance_type']:<18} x{p['replicas']}  "
+                         f"{p['gpus_per_pod']} GPU/pod  EFA {p['efa']}  healthy nodes: {avail}")
+        lines += [f"  ! {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{escape(self.summary())}</pre>"
+
+
+# --------------------------------------------------------------------------- the cluster object
+
+
+Progress = Callable[[RayClusterStatus, float], None]
+
+
+def _print_progress(status: RayClusterStatus, elapsed: float) -> None:
+    print(f"[{elapsed:5.0f}s] {status.name}: {status.state or 'pending'}, "
+          f"workers {status.ready_workers}/{status.desired_workers} ready", flush=True)
+
+
+class HyperPodRayCluster:
+    """A KubeRay RayCluster on a SageMaker HyperPod (EKS) cluster, managed from the notebook.
+
+    Make one with :func:`hyperpod`. ``kube`` (a :class:`~skyrl_nb.cluster.kube.KubeClient`) and
+    ``info`` (a :class:`HyperPodInfo`) are looked up lazily with boto3 unless given.
+    """
+
+    def __init__(
+        self,
+        hyperpod_cluster: str,
+        *,
+        namespace: str = "default",
+        name: str | None = None,
+        workers: Sequence[WorkerGroup | dict[str, Any] | tuple[Any, ...] | str] = ("ml.g5.xlarge",),
+        image: str = DEFAULT_IMAGE,
+        fsx_claim: str | None = None,
+        fsx_mount: str = "/fsx",
+        auth: bool = True,
+        head_instance_type: str | None = None,
+        env: dict[str, str] | None = None,
+        region: str | None = None,
+        session: Any = None,
+        kube: KubeClient | None = None,
+        info: HyperPodInfo | None = None,
+    ) -> None:
+        self.hyperpod_cluster = hyperpod_cluster
+        self.namespace = namespace
+        self.name = name or _k8s_name(f"skyrl-{hyperpod_cluster}")
+        self.workers = [WorkerGroup.coerce(w) for w in workers]
+        names = [w.name for w in self.workers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"worker group names must differ, got {names}; pass name= on each WorkerGroup")
+        self.image = image
+        self.fsx_claim = fsx_claim
+        self.fsx_mount = fsx_mount
+        self.auth = auth
+        self.head_instance_type = head_instance_type
+        self.env = dict(env or {})
+        self.region = region
+        self._session = session
+        self._kube = kube
+        self._info = info
+        self._forwards: list[PortForward] = []
+        self.cluster: Any = None
+        self.paths = ApiPaths(namespace)
+
+    # -- lookups
+    @property
+    def session(self) -> Any:
+        """The boto3 session (made on first use)."""
+        if self._session is None:
+            import boto3
+
+            self._session = boto3.Session(region_name=self.region)
+        return self._session
+
+    def info(self, refresh: bool = False) -> HyperPodInfo:
+        """The HyperPod cluster (boto3 ``describe_cluster`` + ``list_cluster_nodes``)."""
+        if self._info is None or refresh:
+            self._info = describe_hyperpod(self.hyperpod_cluster, region=self.region, session=self.session)
+        return self._info
+
+    @property
+    def kube(self) -> KubeClient:
+        """The Kubernetes client for the HyperPod cluster's EKS cluster (EKS token auth)."""
+        if self._kube is None:
+            from skyrl_nb.cluster.kube import eks_kube_client
+
+            info = self.info()
+            assert info.eks_cluster_arn
+            self._kube = eks_kube_client(info.eks_cluster_arn, region=info.region, session=self.session)
+        return self._kube
+
+    # -- plan
+    def manifest(self) -> dict[str, Any]:
+        """The RayCluster manifest; touches nothing."""
+        return build_manifest(
+            self.name, self.namespace, self.workers, image=self.image, fsx_claim=self.fsx_claim,
+            fsx_mount=self.fsx_mount, auth=self.auth, head_instance_type=self.head_instance_type, env=self.env,
+        )
+
+    def plan(self, check_capacity: bool = False) -> ClusterPlan:
+        """The manifest plus placement; with ``check_capacity`` (or when HyperPod info is already
+        known) compare each group with the healthy nodes of its instance type."""
+        info = self.info() if check_capacity else self._info
+        placement, warnings = [], []
+        wanted: dict[str, int] = {}
+        for g in self.workers:
+            wanted[g.instance_type] = wanted.get(g.instance_type, 0) + g.replicas
+        for g in self.workers:
+            healthy = info.healthy_nodes(g.instance_type) if info else None
+            placement.append({"group": g.name, "instance_type": g.instance_type, "replicas": g.replicas,
+                              "gpus_per_pod": g.gpus, "efa": g.efa, "healthy_nodes": healthy})
+        if info:
+            for itype, n in wanted.items():
+                have = info.healthy_nodes(itype)
+                if have < n:
+                    warnings.append(f"{n} pods want {itype} nodes but HyperPod cluster {info.name!r} has "
+                                    f"{have} healthy; the rest will stay Pending")
+        if self.fsx_claim is None:
+            warnings.append("no fsx_claim: run stores and checkpoints live on pod-local disk")
+        return ClusterPlan(self.manifest(), placement, warnings)
+
+    # -- lifecycle
+    def up(self, wait: bool = True, timeout: float = 900.0, poll_s: float = 5.0,
+           progress: Progress | None = _print_progress) -> RayClusterStatus:
+        """Create the RayCluster (an existing one of the same name is kept), then wait for ready."""
+        if self._info is not None or self._kube is None:
+            plan = self.plan(check_capacity=self._kube is None)
+            for w in plan.warnings:
+                log.warning(w)
+        try:
+            self.kube.create(self.paths.rayclusters(), self.manifest())
+            log.info("created RayCluster %s/%s", self.namespace, self.name)
+        except KubeConflict:
+            log.info("RayCluster %s/%s exists already; reusing it", self.namespace, self.name)
+        return self.wait_ready(timeout=timeout, poll_s=poll_s, progress=progress) if wait else self.status()
+
+    def raw(self) -> dict[str, Any]:
+        """The RayCluster object as the API server returns it."""
+        return self.kube.get(self.paths.rayclusters(self.name))
+
+    def status(self) -> RayClusterStatus:
+        """KubeRay's status of this RayCluster with its head and worker pods."""
+        rc = self.raw()
+        pods = self.kube.get(self.paths.pods(), labelSelector=f"ray.io/cluster={self.name}").get("items", [])
+        return RayClusterStatus.from_objects(rc, pods)
+
+    def wait_ready(self, timeout: float = 900.0, poll_s: float = 5.0,
+                   progress: Progress | None = _print_progress) -> RayClusterStatus:
+        """Poll until ``status.state == "ready"``; on timeout raise :class:`ClusterNotReady` naming
+        the stuck condition (and the pods waiting, with the scheduler's reason)."""
+        start = time.monotonic()
+        last_line = None
+        while True:
+            st = self.status()
+            elapsed = time.monotonic() - start
+            line = (st.state, st.ready_workers, st.desired_workers)
+            if progress and line != last_line:
+                progress(st, elapsed)
+                last_line = line
+            if st.ready:
+                return st
+            if st.state == "failed":
+                raise ClusterNotReady(f"RayCluster {self.namespace}/{self.name} failed: {st.stuck()}",
+                                      stuck=st.stuck(), status=st)
+            if elapsed + poll_s > timeout:
+                stuck = st.stuck()
+                raise ClusterNotReady(
+                    f"RayCluster {self.namespace}/{self.name} not ready after {elapsed:.0f}s "
+                    f"(state {st.state or 'pending'!r}, workers {st.ready_workers}/{st.desired_workers}): "
+                    f"{stuck}", stuck=stuck, status=st)
+            time.sleep(poll_s)
+
+    def scale(self, group: str, replicas: int) -> RayClusterStatus:
+        """Set a worker group's replicas (raising maxReplicas / lowering minReplicas to fit)."""
+        rc = self.raw()
+        groups = rc["spec"].get("workerGroupSpecs", [])
+        index = next((i for i, g in enumerate(groups) if g["groupName"] == group), None)
+        if index is None:
+            raise ValueError(f"RayCluster {self.name!r} has no worker group {group!r}; it has: "
+                             f"{', '.join(g['groupName'] for g in groups)}")
+        if replicas < 0:
+            raise ValueError(f"replicas must be >= 0, got {replicas}")
+        g = groups[index]
+        path = f"/spec/workerGroupSpecs/{index}"
+        ops: list[dict[str, Any]] = [{"op": "test", "path": f"{path}/groupName", "value": group},
+                                     {"op": "replace", "path": f"{path}/replicas", "value": replicas}]
+        if replicas > int(g.get("maxReplicas", replicas)):
+            ops.append({"op": "replace", "path": f"{path}/maxReplicas", "value": replicas})
+        if replicas < int(g.get("minReplicas", 0)):
+            ops.append({"op": "replace", "path": f"{path}/minReplicas", "value": replicas})
+        if self._info is not None:
+            itype = g["template"]["spec"].get("nodeSelector", {}).get(INSTANCE_TYPE_LABEL)
+            if itype and self._info.healthy_nodes(itype) < replicas:
+                log.warning("%s asks %d %s nodes; HyperPod has %d healthy", group, replicas, itype,
+                            self._info.healthy_nodes(itype))
+        self.kube.json_patch(self.paths.rayclusters(self.name), ops)
+        for w in self.workers:
+            if w.name == group:
+                w.replicas = replicas
+                w.max_replicas = max(w.max_replicas or 0, replicas)
+        return self.status()
+
+    def delete(self, wait: bool = False, timeout: float = 300.0, poll_s: float = 2.0) -> None:
+        """Close tunnels and delete the RayCluster (KubeRay removes its pods, service and secret)."""
+        self.disconnect()
+        try:
+            self.kube.delete(self.paths.rayclusters(self.name))
+        except KubeNotFound:
+            log.info("RayCluster %s/%s was already gone", self.namespace, self.name)
+            return
+        deadline = time.monotonic() + timeout
+        while wait:
+            try:
+                self.raw()
+            except KubeNotFound:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"RayCluster {self.namespace}/{self.name} still exists after {timeout:.0f}s")
+            time.sleep(poll_s)
+
+    # -- access
+    def head_pod(self) -> str:
+        """The name of the running head pod."""
+        pods = self.kube.get(self.paths.pods(),
+                             labelSelector=f"ray.io/cluster={self.name},ray.io/node-type=head").get("items", [])
+        running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+        if not running:
+            raise RuntimeError(f"RayCluster {self.namespace}/{self.name} has no running head pod "
+                               f"({len(pods)} head pods found); check rc.status()")
+        return running[0]["metadata"]["name"]
+
+    def token(self) -> str | None:
+        """The Ray auth token from the Secret KubeRay made for ``authOptions`` (None without auth)."""
+        import base64
+
+        spec = self.raw()["spec"]
+        auth = spec.get("authOptions") or {}
+        if auth.get("mode") != "token":
+            return None
+        secret_name = auth.get("secretName") or self.name
+        try:
+            secret = self.kube.get(self.paths.secret(secret_name))
+        except KubeNotFound:
+            raise RuntimeError(f"KubeRay has not created the auth Secret {self.namespace}/{secret_name} yet; "
+                               "wait for the cluster to be ready (rc.wait_ready())") from None
+        return base64.b64decode(secret["data"]["auth_token"]).decode().strip()
+
+    def forward(self, port: int = DASHBOARD_PORT, local_port: int = 0) -> PortForward:
+        """Forward a local port to ``port`` on the head pod through the API server."""
+        pf = PortForward(self.kube, self.namespace, self.head_pod(), port, local_port=local_port)
+        self._forwards.append(pf)
+        return pf
+
+    def forward_service(self, service: str, namespace: str, port: int, local_port: int = 0) -> PortForward:
+        """Forward to a Service's pod (like ``kubectl port-forward svc/...``), e.g. Grafana."""
+        paths = ApiPaths(namespace)
+        svc = self.kube.get(paths.services(service))
+        target = port
+        for p in svc["spec"].get("ports", []):
+            if p.get("port") == port and isinstance(p.get("targetPort"), int):
+                target = p["targetPort"]
+        selector = ",".join(f"{k}={v}" for k, v in svc["spec"].get("selector", {}).items())
+        pods = [p for p in self.kube.get(paths.pods(), labelSelector=selector).get("items", [])
+                if p.get("status", {}).get("phase") == "Running"]
+        if not pods:
+            raise RuntimeError(f"Service {namespace}/{service} has no running pod behind it")
+        pf = PortForward(self.kube, namespace, pods[0]["metadata"]["name"], target, local_port=local_port)
+        self._forwards.append(pf)
+        return pf
+
+    def grafana(self, service: str = "prometheus-grafana", namespace: str = "monitoring",
+                port: int = 80) -> str:
+        """Forward to Grafana and return its URL (through Studio's proxy inside Studio)."""
+        from skyrl_nb import studio
+
+        pf = self.forward_service(service, namespace, port)
+        return studio.proxy_url(pf.local_port) or pf.address
+
+    def connect(self, wait: bool = True, timeout: float = 900.0) -> Any:
+        """Port-forward to the head's dashboard and return a :class:`skyrl_nb.cluster.base.Cluster`
+        on it, with the Ray token from KubeRay's Secret. The same Cluster/Job API as a local cluster."""
+        from skyrl_nb import studio
+        from skyrl_nb.cluster.base import Cluster
+
+        if wait:
+            self.wait_ready(timeout=timeout, progress=None)
+        token = self.token()
+        pf = self.forward(DASHBOARD_PORT)
+        dashboard_url = studio.proxy_url(pf.local_port) or pf.address
+        self.cluster = Cluster(pf.address, token=token, dashboard_url=dashboard_url, name=self.name)
+        self.cluster._port_forward = pf  # keeps the tunnel with the object that uses it
+        return self.cluster
+
+    def disconnect(self) -> None:
+        """Close every port-forward this object opened."""
+        for pf in self._forwards:
+            pf.close()
+        self._forwards.clear()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Plain data for the cluster panel: HyperPod info, RayCluster state, dashboard link."""
+        out: dict[str, Any] = {"hyperpod": self._info.to_dict() if self._info else None,
+                               "raycluster": None, "dashboard_url": None,
+                               "name": self.name, "namespace": self.namespace,
+                               "groups": {w.name: w.replicas for w in self.workers}}
+        try:
+            out["raycluster"] = self.status().to_dict()
+        except KubeNotFound:
+            pass
+        if self.cluster is not None:
+            out["dashboard_url"] = self.cluster.dashboard_url
+        return out
+
+    def panel(self) -> Any:
+        """The cluster panel widget (HyperPod groups and health, RayCluster state, Up/Scale/Down)."""
+        from skyrl_widgets.cluster_panel import ClusterPanel
+
+        return ClusterPanel(
+            self.snapshot(),
+            on_up=lambda: self.up(progress=None) and self.snapshot(),
+            on_scale=lambda group, n: self.scale(group, n) and self.snapshot(),
+            on_down=lambda: (self.delete(), self.snapshot())[1],
+            on_refresh=self.snapshot,
+        )
+
+    def __repr__(self) -> str:
+        groups = ", ".join(f"{w.name}:{w.instance_type}x{w.replicas}" for w in self.workers)
+        return (f"HyperPodRayCluster({self.namespace}/{self.name} on HyperPod {self.hyperpod_cluster!r}, "
+                f"workers=[{groups}], auth={'token' if self.auth else 'disabled'})")
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{escape(str(w.name))}</td><td>{escape(w.instance_type)}</td>"
+                       f"<td>{w.replicas}</td><td>{w.gpus}</td><td>{w.efa}</td></tr>" for w in self.workers)
+        link = (f' · <a href="{escape(self.cluster.dashboard_url)}" target="_blank">Ray dashboard</a>'
+                if self.cluster is not None else "")
+        return (f"<b>RayCluster {escape(self.namespace)}/{escape(self.name)}</b> on HyperPod "
+                f"<code>{escape(self.hyperpod_cluster)}</code>{link}<table><tr><th>group</th><th>type</th>"
+                f"<th>replicas</th><th>GPUs/pod</th><th>EFA</th></tr>{rows}</table>")
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def hyperpod(
+    hyperpod_cluster: str,
+    namespace: str = "default",
+    name: str | None = None,
+    workers: Sequence[WorkerGroup | dict[str, Any] | tuple[Any, ...] | str] = ("ml.g5.xlarge",),
+    image: str = DEFAULT_IMAGE,
+    fsx_claim: str | None = None,
+    **kwargs: Any,
+) -> HyperPodRayCluster:
+    """A :class:`HyperPodRayCluster` handle; nothing is created until ``.up()``.
+
+    ``workers`` lists worker groups as :class:`WorkerGroup`, dicts, ``(instance_type, replicas[, gpus])``
+    or bare instance types. Other keywords: ``fsx_mount``, ``auth``, ``head_instance_type``, ``env``,
+    ``region``, ``session``, ``kube``, ``info``.
+
+    >>> rc = hyperpod("hp", workers=[("ml.g5.12xlarge", 2)])
+    >>> rc.manifest()["spec"]["workerGroupSpecs"][0]["replicas"]
+    2
+    """
+    return HyperPodRayCluster(hyperpod_cluster, namespace=namespace, name=name, workers=workers, image=image,
+                              fsx_claim=fsx_claim, **kwargs)
+
+
+@dataclass
+class RayClusterSummary:
+    """One row of :func:`list_hyperpod`."""
+
+    name: str
+    namespace: str
+    state: str
+    ready_workers: int
+    desired_workers: int
+    gpus: int
+    created: str
+
+    def __repr__(self) -> str:
+        return (f"RayClusterSummary({self.namespace}/{self.name}: {self.state or 'pending'}, "
+                f"workers {self.ready_workers}/{self.desired_workers}, GPUs {self.gpus})")
+
+    def _repr_html_(self) -> str:
+        return f"<code>{escape(repr(self))}</code>"
+
+
+def list_hyperpod(hyperpod_cluster: str | None = None, namespace: str = "default", *,
+                  region: str | None = None, session: Any = None,
+                  kube: KubeClient | None = None) -> list[RayClusterSummary]:
+    """The RayClusters in ``namespace`` of a HyperPod cluster's EKS cluster."""
+    if kube is None:
+        if hyperpod_cluster is None:
+            raise ValueError("list_hyperpod needs the HyperPod cluster name (or kube=)")
+        kube = HyperPodRayCluster(hyperpod_cluster, namespace=namespace, region=region, session=session).kube
+    items = kube.get(ApiPaths(namespace).rayclusters()).get("items", [])
+    out = []
+    for rc in items:
+        st = rc.get("status", {}) or {}
+        out.append(RayClusterSummary(
+            name=rc["metadata"]["name"], namespace=rc["metadata"].get("namespace", namespace),
+            state=st.get("state", "") or "", ready_workers=int(st.get("readyWorkerReplicas", 0) or 0),
+            desired_workers=int(st.get("desiredWorkerReplicas", 0) or 0),
+            gpus=int(float(str(st.get("desiredGPU", 0) or 0))),
+            created=rc["metadata"].get("creationTimestamp", ""),
+        ))
+    return out
+
+
+def parse_sagemaker_ray_address(address: str) -> tuple[str, str]:
+    """``sagemaker_ray://<cluster>/<namespace>`` -> ``(cluster, namespace)``."""
+    m = re.match(r"^sagemaker_ray://([^/]+)/([^/]+)/?$", address.strip())
+    if not m:
+        raise ValueError(f"{address!r} is not a sagemaker_ray://<cluster>/<namespace> address")
+    return m.group(1), m.group(2)
+
+
+def connect_sagemaker_ray(address: str) -> Any:
+    """A :class:`~skyrl_nb.cluster.base.Cluster` on a ``sagemaker_ray://<cluster>/<namespace>`` address.
+
+    The address scheme belongs to AWS's ``toolkit-for-ray-on-sagemaker-ai`` package, which registers it
+    with Ray's job client (it authenticates through the HyperPod Ray endpoint operator). Without the
+    package, use ``hyperpod(cluster, namespace=...).connect()`` (a port-forward) instead.
+    """
+    import importlib.metadata
+
+    parse_sagemaker_ray_address(address)
+    try:
+        importlib.metadata.distribution("toolkit-for-ray-on-sagemaker-ai")
+    except importlib.metadata.PackageNotFoundError:
+        raise ImportError(
+            f"{address!r} needs AWS's Ray-on-SageMaker toolkit: pip install toolkit-for-ray-on-sagemaker-ai "
+            "(preinstalled in SageMaker Distribution images), or port-forward instead with "
+            "skyrl_nb.cluster.hyperpod(<cluster>, namespace=<namespace>).connect()"
+        ) from None
+    from skyrl_nb.cluster.base import Cluster
+
+    cluster = Cluster.__new__(Cluster)
+    # Cluster.__init__ normalizes addresses to http(s); the toolkit's scheme must reach Ray unchanged.
+    Cluster.__init__(cluster, "http://sagemaker-ray.invalid", dashboard_url=None)
+    cluster.address = address
+    return cluster
