@@ -195,8 +195,13 @@ _ERRORS = {401: KubeUnauthorized, 403: KubeForbidden, 404: KubeNotFound, 409: Ku
 def _ssl_context(ca_data: str | None, verify: bool) -> ssl.SSLContext:
     ctx = ssl.create_default_context()
     if ca_data:
-        pem = base64.b64decode(ca_data).decode() if "BEGIN CERTIFICATE" not in ca_data else ca_data
-        ctx = ssl.create_default_context(cadata=pem)
+        try:
+            pem = ca_data if "BEGIN CERTIFICATE" in ca_data else base64.b64decode(ca_data).decode()
+            ctx = ssl.create_default_context(cadata=pem)
+        except (ValueError, ssl.SSLError) as e:
+            raise ValueError(
+                f"The cluster CA (certificateAuthority.data) is not a base64 PEM certificate: {e}"
+            ) from None
     if not verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -227,7 +232,7 @@ class KubeClient:
         self._verify = verify
         self.timeout = timeout
         self.eks_cluster = eks_cluster
-        self._ssl = _ssl_context(ca_data, verify) if self.server.startswith("https") else None
+        self._ssl: ssl.SSLContext | None = None
 
     # -- plumbing
     def bearer(self) -> str | None:
@@ -236,7 +241,9 @@ class KubeClient:
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS context pinned to the cluster CA (``None`` for a plain-HTTP server)."""
+        """The TLS context pinned to the cluster CA (``None`` for a plain-HTTP server); made on first use."""
+        if self._ssl is None and self.server.startswith("https"):
+            self._ssl = _ssl_context(self._ca_data, self._verify)
         return self._ssl
 
     def request(
@@ -262,7 +269,7 @@ class KubeClient:
         req = urllib.request.Request(url, data=data, headers=headers, method=method)
         log.debug("k8s %s %s", method, path)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self.ssl_context) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as e:
             raise self._error(method, path, e.code, e.read()) from None

@@ -90,6 +90,7 @@ def debug_log_file() -> Any:
 @pytest.fixture
 def boto_session() -> Any:
     import boto3
+    import moto  # noqa: F401  (moto hooks botocore sessions made after it is imported)
 
     return boto3.Session(aws_access_key_id=FAKE_ACCESS_KEY, aws_secret_access_key=FAKE_SECRET_KEY,
                          region_name=REGION)
