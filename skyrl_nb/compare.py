@@ -1,0 +1,172 @@
+"""Overlay the curves of several runs: ``skyrl_nb.compare([run_a, run_b, ...])``.
+
+>>> from skyrl_nb.compare import compare                                   # doctest: +SKIP
+>>> cmp = compare(["~/skyrl-runs/grpo", "~/skyrl-runs/rloo"])               # paths, RunReaders or jobs
+>>> cmp                                                                    # reward curves, one per run
+>>> compare(runs, metrics=["reward/avg_raw_reward", "policy/policy_kl"], smooth=10)
+>>> cmp.frame()                                                            # long frame: run, step, metric, value
+>>> cmp.refresh()                                                          # re-read runs still training
+
+plotly and pandas are imported when a comparison is drawn, not when ``skyrl_nb`` is imported.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .runs import REWARD_KEY, RunReader
+
+DEFAULT_METRICS = (REWARD_KEY,)
+
+
+def _reader(run: Any) -> RunReader:
+    if isinstance(run, RunReader):
+        return run
+    from skyrl_widgets.inspector import run_reader
+
+    return run_reader(run)
+
+
+def _smoothed(values: list[float | None], window: int) -> list[float | None]:
+    """Trailing mean over ``window`` finite values (gaps stay gaps)."""
+    if window <= 1:
+        return values
+    out: list[float | None] = []
+    recent: list[float] = []
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        recent.append(v)
+        if len(recent) > window:
+            recent.pop(0)
+        out.append(sum(recent) / len(recent))
+    return out
+
+
+class RunComparison:
+    """Several runs' metric curves on shared axes, one subplot per metric."""
+
+    def __init__(self, runs: Sequence[Any], metrics: Iterable[str] = DEFAULT_METRICS,
+                 labels: Sequence[str] | None = None, smooth: int = 1):
+        self.readers = [_reader(r) for r in runs]
+        if not self.readers:
+            raise ValueError("compare: runs is empty; pass at least one run directory, RunReader or job")
+        self.metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+        if not self.metrics:
+            raise ValueError(f"compare: metrics is empty; e.g. metrics=[{REWARD_KEY!r}]")
+        self.labels = list(labels) if labels is not None else _unique_labels(self.readers)
+        if len(self.labels) != len(self.readers):
+            raise ValueError(f"compare: {len(self.labels)} labels for {len(self.readers)} runs")
+        self.smooth = max(1, int(smooth))
+        self._rows: list[list[dict[str, Any]]] = []
+        self.refresh()
+
+    def refresh(self) -> RunComparison:
+        """Re-read every run's metrics.jsonl (runs still training gain points)."""
+        self._rows = [r.metrics() for r in self.readers]
+        return self
+
+    def curves(self) -> dict[str, dict[str, tuple[list[int], list[float | None]]]]:
+        """``{metric: {label: (steps, values)}}``, smoothed as asked; missing values are None."""
+        out: dict[str, dict[str, tuple[list[int], list[float | None]]]] = {}
+        for metric in self.metrics:
+            per_run = {}
+            for label, rows in zip(self.labels, self._rows, strict=True):
+                points = [(int(r["step"]), _num(r.get(metric))) for r in rows if "step" in r and metric in r]
+                steps = [s for s, _ in points]
+                per_run[label] = (steps, _smoothed([v for _, v in points], self.smooth))
+            out[metric] = per_run
+        return out
+
+    def frame(self):
+        """A long pandas DataFrame with columns run, step, metric, value (unsmoothed)."""
+        import pandas as pd
+
+        records = [{"run": label, "step": int(r["step"]), "metric": m, "value": _num(r.get(m))}
+                   for label, rows in zip(self.labels, self._rows, strict=True)
+                   for r in rows for m in self.metrics if m in r and "step" in r]
+        return pd.DataFrame(records, columns=["run", "step", "metric", "value"])
+
+    def figure(self, widget: bool = False):
+        """The plotly figure (a ``FigureWidget`` when ``widget=True``)."""
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+
+        n = len(self.metrics)
+        fig = make_subplots(rows=n, cols=1, shared_xaxes=True, vertical_spacing=0.08 if n > 1 else 0.0,
+                            subplot_titles=self.metrics)
+        palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+        for row, (metric, per_run) in enumerate(self.curves().items(), start=1):
+            for i, (label, (steps, values)) in enumerate(per_run.items()):
+                fig.add_trace(go.Scatter(x=steps, y=values, mode="lines", name=label, legendgroup=label,
+                                         showlegend=row == 1, line={"color": palette[i % len(palette)]},
+                                         hovertemplate=f"{label}<br>step %{{x}}<br>{metric} %{{y:.4g}}"
+                                                       "<extra></extra>"),
+                              row=row, col=1)
+        fig.update_xaxes(title_text="step", row=n, col=1)
+        fig.update_layout(height=260 * n + 60, margin={"l": 50, "r": 20, "t": 40, "b": 40},
+                          title=f"{len(self.readers)} runs" + (f" (smoothed over {self.smooth})"
+                                                                if self.smooth > 1 else ""))
+        return go.FigureWidget(fig) if widget else fig
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per run: steps logged, last and best value of the first metric."""
+        metric = self.metrics[0]
+        out = []
+        for label, reader, rows in zip(self.labels, self.readers, self._rows, strict=True):
+            values = [v for r in rows if (v := _num(r.get(metric))) is not None]
+            out.append({"run": label, "path": str(reader.run_dir), "steps": len(rows),
+                        "last": values[-1] if values else None, "best": max(values) if values else None})
+        return out
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{s['run']}: {s['steps']} steps, last {_fmt(s['last'])}" for s in self.summary())
+        return f"RunComparison({self.metrics[0]}; {parts})"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{html.escape(s['run'])}</td><td>{s['steps']}</td><td>{_fmt(s['last'])}</td>"
+                       f"<td>{_fmt(s['best'])}</td></tr>" for s in self.summary())
+        return (f"<table><tr><th>run</th><th>steps</th><th>last {html.escape(self.metrics[0])}</th>"
+                f"<th>best</th></tr>{rows}</table>")
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        # the figure where plotly can draw; the table for plain HTML front ends
+        bundle = self.figure()._repr_mimebundle_(include, exclude) or {}
+        bundle.setdefault("text/html", self._repr_html_())
+        bundle["text/plain"] = repr(self)
+        return bundle
+
+
+def compare(runs: Sequence[Any], metrics: Iterable[str] | str = DEFAULT_METRICS,
+            labels: Sequence[str] | None = None, smooth: int = 1) -> RunComparison:
+    """Overlay the curves of several runs (paths, ``RunReader``s or jobs), one subplot per metric.
+
+    >>> compare(["runs/a", "runs/b"], metrics=["reward/avg_raw_reward", "policy/policy_kl"])  # doctest: +SKIP
+    """
+    return RunComparison(runs, metrics=metrics, labels=labels, smooth=smooth)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _unique_labels(readers: list[RunReader]) -> list[str]:
+    labels = [r.run_id for r in readers]
+    if len(set(labels)) == len(labels):
+        return labels
+    # same run id under different roots: add the parent folder
+    return [f"{r.run_dir.parent.name}/{r.run_id}" for r in readers]

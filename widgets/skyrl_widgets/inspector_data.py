@@ -1,0 +1,512 @@
+"""What the trajectory inspector reads: a run's Parquet parts, paged and picked up incrementally.
+
+The inspector never loads a whole run. It keeps
+
+- an index of steps -> part files, built from file names with one ``os.scandir`` (no ``stat``); a
+  part that a resume rewrote is noticed by its inode changing, so a refresh costs one directory read
+  plus the new parts;
+- a small LRU cache of whole steps (the step on screen and a few neighbours);
+- for "this prompt across steps", an inverted index prompt -> ``(step, mean reward, n)`` filled in
+  budgeted chunks that read only the ``step``, ``prompt`` and ``reward`` columns.
+
+Rows follow the run-store contract (docs/architecture.md): ``step, uid, group, prompt, response, reward,
+advantage, num_tokens, finish_reason, env_class, data_source`` plus the optional ``turns``,
+``token_ids``, ``token_logprobs``, ``token_advantages``, ``token_texts`` and ``discarded_reason``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Columns the group view reads; anything else in a part is left on disk.
+VIEW_COLUMNS = (
+    "step", "uid", "group", "prompt", "response", "reward", "advantage", "num_tokens", "finish_reason",
+    "env_class", "data_source", "turns", "token_ids", "token_logprobs", "token_advantages", "token_texts",
+    "discarded_reason",
+)
+TOKEN_COLUMNS = ("token_logprobs", "token_advantages")
+SORTS = ("group", "reward_desc", "reward_asc", "std_desc", "length_desc", "discarded_first")
+MAX_TEXT_CHARS = 6000
+MAX_TOKENS = 4096
+
+DEFAULT_FILTERS: dict[str, Any] = {
+    "reward_min": None, "reward_max": None, "finish_reason": "", "env_class": "", "data_source": "",
+    "zero_variance": "any", "search": "", "show_discarded": True, "sort": "group",
+}
+
+
+@dataclass
+class ScanResult:
+    """What one look at ``trajectories/`` found compared with the previous look."""
+
+    added: list[int] = field(default_factory=list)
+    changed: list[int] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.changed or self.removed)
+
+
+class PartIndex:
+    """Steps -> part files of one run, kept current with a few ``stat`` calls per refresh.
+
+    Parts appear in step order, each by an atomic rename. So a refresh first looks at the folder's
+    mtime (unchanged: nothing was added, removed or renamed), then at the newest known part (gone or a
+    new inode: a resume truncated or rewrote it) and then probes ``step+1, step+2, ...``. Only when
+    none of that explains a change (a gap in the steps, a file we do not know) does it list the folder.
+    """
+
+    def __init__(self, trajectory_dir: Path):
+        self.dir = trajectory_dir
+        self._inodes: dict[int, int] = {}
+        self.steps: list[int] = []
+        self._dir_mtime: int | None = None
+        self.full_scans = 0
+
+    def path(self, step: int) -> Path:
+        return self.dir / f"step_{step:06d}.parquet"
+
+    def __contains__(self, step: int) -> bool:
+        return step in self._inodes
+
+    def scan(self) -> ScanResult:
+        """Compare the folder with what we knew; return added / rewritten / removed steps."""
+        try:
+            mtime = os.stat(self.dir).st_mtime_ns
+        except FileNotFoundError:
+            return self._full_scan()
+        # a change within the filesystem's timestamp granularity can leave mtime equal: only trust
+        # an unchanged mtime once it is a second old
+        if mtime == self._dir_mtime and time.time_ns() - mtime > 1_000_000_000:
+            return ScanResult()
+        if not self.steps:
+            return self._full_scan(mtime)
+        last = self.steps[-1]
+        try:
+            if os.stat(self.path(last)).st_ino != self._inodes[last]:
+                return self._full_scan(mtime)
+        except FileNotFoundError:
+            return self._full_scan(mtime)
+        added = []
+        step = last + 1
+        while True:
+            try:
+                ino = os.stat(self.path(step)).st_ino
+            except FileNotFoundError:
+                break
+            self._inodes[step] = ino
+            added.append(step)
+            step += 1
+        if not added and mtime != self._dir_mtime:
+            return self._full_scan(mtime)  # something we cannot explain by appends
+        self.steps.extend(added)
+        self._dir_mtime = mtime
+        return ScanResult(added=added)
+
+    def _full_scan(self, mtime: int | None = None) -> ScanResult:
+        self.full_scans += 1
+        seen: dict[int, int] = {}
+        try:
+            with os.scandir(self.dir) as entries:
+                for entry in entries:
+                    name = entry.name  # step_000123.parquet; cheaper than a regex on 10k names
+                    if name.startswith("step_") and name.endswith(".parquet") and name[5:-8].isdigit():
+                        seen[int(name[5:-8])] = entry.inode()  # d_ino: no stat call
+        except FileNotFoundError:
+            pass
+        old = self._inodes
+        result = ScanResult(
+            added=sorted(s for s in seen if s not in old),
+            changed=sorted(s for s, ino in seen.items() if s in old and old[s] != ino),
+            removed=sorted(s for s in old if s not in seen),
+        )
+        self._inodes = seen
+        self.steps = sorted(seen)
+        self._dir_mtime = mtime
+        return result
+
+
+def _read_part(path: Path, columns: tuple[str, ...] | list[str] | None = None):
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    cols = [c for c in (columns or names) if c in names]
+    return pf.read(columns=cols)
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _parse_turns(value: Any) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(value, list):
+        return None
+    return [t for t in value if isinstance(t, dict)]
+
+
+class TokenText:
+    """Turns a sample's ``token_ids`` into display strings.
+
+    In order: the part's own ``token_texts``; the run's tokenizer (``tokenizer.json`` in the model
+    directory or in ``<run_dir>/tokenizer/``, read with the light ``tokenizers`` package when it is
+    installed); a character-level match with the response; else ``⟨id⟩``.
+    """
+
+    def __init__(self, run_dir: Path, config: dict[str, Any]):
+        self._run_dir = run_dir
+        self._config = config
+        self._tokenizer: Any = None
+        self._looked = False
+
+    def _load(self) -> Any:
+        if self._looked:
+            return self._tokenizer
+        self._looked = True
+        model = (((self._config.get("trainer") or {}).get("policy") or {}).get("model") or {}).get("path")
+        candidates = [self._run_dir / "tokenizer" / "tokenizer.json"]
+        if model and "://" not in str(model):
+            candidates.append(Path(str(model)).expanduser() / "tokenizer.json")
+        for path in candidates:
+            if path.is_file():
+                try:
+                    from tokenizers import Tokenizer
+
+                    self._tokenizer = Tokenizer.from_file(str(path))
+                    break
+                except Exception:  # a missing package or a tokenizer file we cannot read: fall back
+                    self._tokenizer = None
+        return self._tokenizer
+
+    def texts(self, row: dict[str, Any], n: int) -> list[str]:
+        given = row.get("token_texts")
+        if given is not None and len(given) == n:
+            return [str(t) for t in given]
+        ids = list(row.get("token_ids") or [])[:n]
+        tok = self._load() if ids else None
+        if tok is not None:
+            # byte-level BPE / sentencepiece markers back to the characters they stand for
+            return [(tok.id_to_token(int(i)) or f"⟨{i}⟩").replace("Ġ", " ").replace("Ċ", "\n").replace("▁", " ")
+                    for i in ids]
+        response = row.get("response") or ""
+        if len(response) == n:
+            return list(response)
+        if len(response) > n > 0 and ids and len(response) - n <= 2:
+            return list(response[:n])  # e.g. a stripped end-of-sequence token
+        return [f"⟨{i}⟩" for i in ids] if ids else ["·"] * n
+
+
+class TrajectoryData:
+    """Paged, incremental access to one run's trajectories for the inspector (thread-safe)."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any] | None = None,
+                 cache_steps: int = 12):
+        self.run_dir = Path(run_dir).expanduser()
+        self.index = PartIndex(self.run_dir / "trajectories")
+        self.tokens = TokenText(self.run_dir, config or {})
+        self._cache: OrderedDict[int, list[dict[str, Any]]] = OrderedDict()
+        self._cache_steps = cache_steps
+        self._lock = threading.RLock()
+        # "this prompt across steps": prompt -> [(step, mean reward, n)], filled chunk by chunk
+        self._prompt_steps: dict[str, list[tuple[int, float | None, int]]] = {}
+        self._scanned: set[int] = set()
+        self.index.scan()
+
+    # ------------------------------------------------------------------ steps and rows
+    @property
+    def steps(self) -> list[int]:
+        return self.index.steps
+
+    def refresh(self) -> ScanResult:
+        """Pick up parts written (or rewritten, or removed) since the last look."""
+        with self._lock:
+            result = self.index.scan()
+            for step in result.changed + result.removed:
+                self._cache.pop(step, None)
+                self._forget_scanned(step)
+            return result
+
+    def _forget_scanned(self, step: int) -> None:
+        if step not in self._scanned:
+            return
+        self._scanned.discard(step)
+        for key, hits in list(self._prompt_steps.items()):
+            kept = [h for h in hits if h[0] != step]
+            if kept:
+                self._prompt_steps[key] = kept
+            else:
+                del self._prompt_steps[key]
+
+    def rows(self, step: int) -> list[dict[str, Any]]:
+        """All samples of one step as dicts (cached for a few steps)."""
+        with self._lock:
+            if step in self._cache:
+                self._cache.move_to_end(step)
+                return self._cache[step]
+            path = self.index.path(step)
+            if step not in self.index or not path.exists():
+                raise KeyError(f"step {step}: no trajectory part in {self.index.dir}; "
+                               f"steps: {_span(self.steps)}")
+            rows = _read_part(path, VIEW_COLUMNS).to_pylist()
+            for i, row in enumerate(rows):
+                row.setdefault("step", step)
+                row["_i"] = i
+                row["turns"] = _parse_turns(row.get("turns"))
+            self._cache[step] = rows
+            while len(self._cache) > self._cache_steps:
+                self._cache.popitem(last=False)
+            return rows
+
+    def has_token_data(self, step: int | None = None) -> bool:
+        """Whether the parts carry per-token log-probs or advantages (checked on one step)."""
+        step = self.steps[-1] if step is None and self.steps else step
+        if step is None:
+            return False
+        return any(row.get(c) is not None for row in self.rows(step) for c in TOKEN_COLUMNS)
+
+    # ------------------------------------------------------------------ group view
+    def groups(self, step: int) -> list[dict[str, Any]]:
+        """The step's samples grouped by prompt group, with per-group statistics."""
+        by_group: dict[Any, list[dict[str, Any]]] = {}
+        for row in self.rows(step):
+            key = row.get("group")
+            by_group.setdefault(row.get("prompt") if key is None else key, []).append(row)
+        groups = []
+        for key, samples in by_group.items():
+            kept = [s for s in samples if not s.get("discarded_reason")]
+            rewards = [r for s in (kept or samples) if (r := _finite(s.get("reward"))) is not None]
+            lengths = [_finite(s.get("num_tokens")) or 0.0 for s in samples]
+            mean = sum(rewards) / len(rewards) if rewards else None
+            std = (math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+                   if rewards and mean is not None else None)
+            first = samples[0]
+            groups.append({
+                "key": key if isinstance(key, (int, float, str)) else str(key),
+                "prompt": first.get("prompt") or "",
+                "env_class": first.get("env_class") or "",
+                "data_source": first.get("data_source") or "",
+                "n": len(samples),
+                "mean_reward": mean,
+                "std_reward": std,
+                "zero_variance": bool(rewards) and max(rewards) - min(rewards) < 1e-9,
+                "mean_length": sum(lengths) / len(lengths) if lengths else 0.0,
+                "discarded": len(samples) - len(kept),
+                "samples": samples,
+            })
+        return groups
+
+    def facets(self, step: int) -> dict[str, list[str]]:
+        """Values present in the step for the filter drop-downs."""
+        rows = self.rows(step)
+        return {c: sorted({str(r[c]) for r in rows if r.get(c)}) for c in ("finish_reason", "env_class",
+                                                                           "data_source")}
+
+    def view(self, step: int, filters: dict[str, Any] | None = None, page: int = 0,
+             page_size: int = 8) -> dict[str, Any]:
+        """One page of filtered, sorted groups of ``step``, ready to send to the browser."""
+        f = {**DEFAULT_FILTERS, **(filters or {})}
+        every = self.groups(step)
+        groups = [g for g in every if _group_passes(g, f)]
+        sort = f.get("sort") or "group"
+        if sort == "reward_desc":
+            groups.sort(key=lambda g: -(g["mean_reward"] if g["mean_reward"] is not None else -math.inf))
+        elif sort == "reward_asc":
+            groups.sort(key=lambda g: g["mean_reward"] if g["mean_reward"] is not None else math.inf)
+        elif sort == "std_desc":
+            groups.sort(key=lambda g: -(g["std_reward"] or 0.0))
+        elif sort == "length_desc":
+            groups.sort(key=lambda g: -g["mean_length"])
+        elif sort == "discarded_first":
+            groups.sort(key=lambda g: -g["discarded"])
+        page_size = max(1, int(page_size))
+        pages = max(1, math.ceil(len(groups) / page_size))
+        page = min(max(0, int(page)), pages - 1)
+        rows = self.rows(step)
+        shown = groups[page * page_size:(page + 1) * page_size]
+        return {
+            "step": step,
+            "page": page,
+            "pages": pages,
+            "total_groups": len(groups),
+            "all_groups": len(every),
+            "samples": len(rows),
+            "discarded": sum(1 for r in rows if r.get("discarded_reason")),
+            "facets": self.facets(step),
+            "groups": [self._group_payload(g, f) for g in shown],
+        }
+
+    def _group_payload(self, group: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
+        samples = [s for s in group["samples"] if f.get("show_discarded", True) or not s.get("discarded_reason")]
+        return {
+            **{k: v for k, v in group.items() if k != "samples"},
+            "samples": [self._sample_payload(s, _sample_matches(s, f)) for s in samples],
+        }
+
+    def _sample_payload(self, row: dict[str, Any], match: bool) -> dict[str, Any]:
+        response = row.get("response") or ""
+        out: dict[str, Any] = {
+            "uid": str(row.get("uid", row["_i"])),
+            "reward": _finite(row.get("reward")),
+            "advantage": _finite(row.get("advantage")),
+            "num_tokens": int(_finite(row.get("num_tokens")) or 0),
+            "finish_reason": row.get("finish_reason") or "",
+            "discarded_reason": row.get("discarded_reason") or None,
+            "response": response[:MAX_TEXT_CHARS],
+            "truncated": len(response) > MAX_TEXT_CHARS,
+            "match": match,
+            "turns": [
+                {"role": str(t.get("role", "")), "content": str(t.get("content", ""))[:MAX_TEXT_CHARS],
+                 "token_start": t.get("token_start"), "token_end": t.get("token_end")}
+                for t in row["turns"]
+            ] if row.get("turns") else None,
+            "tokens": None,
+        }
+        lps, advs = row.get("token_logprobs"), row.get("token_advantages")
+        if lps is not None or advs is not None:
+            n = min(MAX_TOKENS, max(len(lps or ()), len(advs or ())))
+            texts = self.tokens.texts(row, n)
+            out["tokens"] = {
+                "text": texts,
+                "logprob": [_round(v) for v in list(lps or ())[:n]] if lps is not None else None,
+                "advantage": [_round(v) for v in list(advs or ())[:n]] if advs is not None else None,
+            }
+        return out
+
+    # ------------------------------------------------------------------ prompt across steps
+    def drift(self, prompt: str, budget_s: float = 0.3, detail_steps: int = 8,
+              around_step: int | None = None) -> dict[str, Any]:
+        """Where ``prompt`` was sampled across the run, and its completions at a few of those steps.
+
+        Scans unscanned parts for at most ``budget_s`` seconds (call again to continue: ``done`` says
+        when every part has been looked at). ``points`` has one ``[step, mean reward, n]`` per step
+        that sampled the prompt; ``details`` holds the completions at up to ``detail_steps`` of them,
+        spread over the run and always including ``around_step`` when it sampled the prompt.
+        """
+        self._scan_prompts(budget_s)
+        with self._lock:
+            hits = sorted(self._prompt_steps.get(prompt, []))
+            points = [[s, m, n] for s, m, n in hits]
+            chosen = _spread([s for s, _, _ in hits], detail_steps, around_step)
+            details = []
+            for step in chosen:
+                try:
+                    rows = self.rows(step)
+                except (KeyError, FileNotFoundError):  # removed by a resume since the scan
+                    continue
+                details.append({
+                    "step": step,
+                    "samples": [{"reward": _finite(r.get("reward")), "num_tokens": int(_finite(r.get("num_tokens")) or 0),
+                                 "finish_reason": r.get("finish_reason") or "",
+                                 "discarded_reason": r.get("discarded_reason") or None,
+                                 "response": (r.get("response") or "")[:400]}
+                                for r in rows if r.get("prompt") == prompt],
+                })
+            scanned = sum(1 for s in self.steps if s in self._scanned)
+            return {"prompt": prompt, "points": points, "details": details,
+                    "scanned": scanned, "total": len(self.steps), "done": scanned >= len(self.steps)}
+
+    def _scan_prompts(self, budget_s: float, chunk: int = 128) -> None:
+        """Read (step, prompt, reward) of unscanned parts, newest first, for about ``budget_s``."""
+        import pyarrow.dataset as ds
+
+        with self._lock:
+            todo = [s for s in reversed(self.steps) if s not in self._scanned]
+        deadline = time.perf_counter() + budget_s
+        while todo and time.perf_counter() < deadline:
+            batch, todo = todo[:chunk], todo[chunk:]
+            paths = [str(self.index.path(s)) for s in batch]
+            try:  # outside the lock: the view stays responsive while we read
+                cols = ds.dataset(paths, format="parquet").to_table(columns=["step", "prompt", "reward"]).to_pydict()
+                steps, prompts, rewards = cols["step"], cols["prompt"], cols["reward"]
+            except Exception:  # a part without a step column, or one removed under us: go one by one
+                steps, prompts, rewards = [], [], []
+                for s in batch:
+                    try:
+                        part = _read_part(self.index.path(s), ("prompt", "reward")).to_pydict()
+                    except (FileNotFoundError, OSError):
+                        continue
+                    n = len(part.get("prompt", []))
+                    steps += [s] * n
+                    prompts += part.get("prompt", [])
+                    rewards += part.get("reward", [None] * n)
+            acc: dict[tuple[int, str], list[float]] = {}
+            counts: dict[tuple[int, str], int] = {}
+            for s, p, r in zip(steps, prompts, rewards, strict=False):
+                key = (int(s), p)
+                counts[key] = counts.get(key, 0) + 1
+                if (fr := _finite(r)) is not None:
+                    acc.setdefault(key, []).append(fr)
+            with self._lock:
+                for (s, p), n in counts.items():
+                    vals = acc.get((s, p), [])
+                    self._prompt_steps.setdefault(p, []).append((s, sum(vals) / len(vals) if vals else None, n))
+                self._scanned.update(batch)
+
+
+def _group_passes(group: dict[str, Any], f: dict[str, Any]) -> bool:
+    if f.get("env_class") and group["env_class"] != f["env_class"]:
+        return False
+    if f.get("data_source") and group["data_source"] != f["data_source"]:
+        return False
+    zv = f.get("zero_variance") or "any"
+    if zv == "only" and not group["zero_variance"]:
+        return False
+    if zv == "hide" and group["zero_variance"]:
+        return False
+    needle = (f.get("search") or "").strip().lower()
+    if needle and needle not in group["prompt"].lower() and not any(
+            needle in (s.get("response") or "").lower() for s in group["samples"]):
+        return False
+    return any(_sample_matches(s, f) for s in group["samples"])
+
+
+def _sample_matches(sample: dict[str, Any], f: dict[str, Any]) -> bool:
+    if sample.get("discarded_reason") and not f.get("show_discarded", True):
+        return False
+    reward = _finite(sample.get("reward"))
+    lo, hi = _finite(f.get("reward_min")), _finite(f.get("reward_max"))
+    if lo is not None and (reward is None or reward < lo):
+        return False
+    if hi is not None and (reward is None or reward > hi):
+        return False
+    return not (f.get("finish_reason") and sample.get("finish_reason") != f["finish_reason"])
+
+
+def _spread(steps: list[int], k: int, must: int | None) -> list[int]:
+    """Up to ``k`` of ``steps`` spread evenly (first and last included), plus ``must`` if present."""
+    if len(steps) <= k:
+        return steps
+    picks = {steps[round(i * (len(steps) - 1) / (k - 1))] for i in range(k)} if k > 1 else {steps[-1]}
+    if must is not None and must in steps:
+        picks.add(must)
+    return sorted(picks)
+
+
+def _round(value: Any) -> float | None:
+    f = _finite(value)
+    return None if f is None else round(f, 4)
+
+
+def _span(steps: list[int]) -> str:
+    return f"{steps[0]}..{steps[-1]} ({len(steps)} parts)" if steps else "none yet"
