@@ -45,7 +45,7 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
     def _repr_html_(self) -> str:
         return _dotted_table_html(_flatten(self.model_dump()))
