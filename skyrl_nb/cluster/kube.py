@@ -46,14 +46,16 @@ PRESIGN_EXPIRES_S = 60
 TOKEN_LIFETIME_S = 14 * 60
 
 ACCESS_ENTRY_HINT = (
-    "Grant your IAM principal access to the HyperPod cluster's EKS cluster: create an EKS access entry "
-    "for it (`aws eks create-access-entry --cluster-name {eks} --principal-arn <your role ARN>`) and "
-    "associate the access policy AmazonEKSClusterAdminPolicy (or AmazonEKSAdminPolicy / AmazonEKSEditPolicy "
-    "scoped to namespace '{namespace}') with "
+    "Your IAM principal has no Kubernetes permission for this in the HyperPod cluster's EKS cluster. "
+    "Grant it through an EKS access entry: `aws eks create-access-entry --cluster-name {eks} "
+    "--principal-arn <your role ARN>`, then associate the HyperPod cluster-access policy "
+    "AmazonSagemakerHyperpodTrainingPolicy (RayCluster, RayJob; scope it to namespace '{namespace}') with "
     "`aws eks associate-access-policy --cluster-name {eks} --principal-arn <your role ARN> "
-    "--policy-arn arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy "
-    "--access-scope type=cluster`. The cluster's authentication mode must include API "
-    "(API or API_AND_CONFIG_MAP)."
+    "--policy-arn arn:aws:eks::aws:cluster-access-policy/AmazonSagemakerHyperpodTrainingPolicy "
+    "--access-scope type=namespace,namespaces={namespace}`, or AmazonEKSClusterAdminPolicy "
+    "(--access-scope type=cluster) for full admin. For a SageMaker Studio domain execution role the "
+    "HyperPod console can create the entry for you. The EKS cluster's authentication mode must include "
+    "API (API or API_AND_CONFIG_MAP)."
 )
 
 
