@@ -85,8 +85,8 @@ _DEFAULTS: dict[str, Any] = {
     "lambd": 1.0,
     "value_clip": 0.2,
     "max_seq_len": None,
-    "cispo.cispo_eps_clip_low": 1.0,
-    "cispo.cispo_eps_clip_high": 4.0,
+    "cispo.cispo_eps_clip_low": 0.0,
+    "cispo.cispo_eps_clip_high": 5.0,
     "kl_ctrl.type": "fixed",
     "kl_ctrl.kl_target": 0.1,
     "kl_ctrl.horizon": 10000,
@@ -176,7 +176,7 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
         n = mask.sum()
         if n <= 1:
             raise ValueError(f"masked_var needs at least 2 unmasked entries for an unbiased variance, got {n.item()}")
-        var = var * n / (n - 1)
+        var = var * (n / (n - 1))
     return var
 
 
@@ -262,7 +262,7 @@ def rloo_advantage(
     with torch.no_grad():
         scores_B = token_level_rewards.sum(dim=-1)
         count_B, mean_B, _ = _group_stats(scores_B, index)
-        adv_B = (scores_B - mean_B) * count_B / (count_B - 1).clamp(min=1.0)
+        adv_B = (scores_B - mean_B) * (count_B / (count_B - 1).clamp(min=1.0))
         adv_B = torch.where(count_B > 1, adv_B, torch.zeros_like(adv_B))
         advantages = adv_B.unsqueeze(-1) * response_mask
     return advantages, advantages
@@ -570,10 +570,12 @@ def compute_kl_loss(
 
 
 def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the softmax over the last dim: ``logsumexp(z) - sum(softmax(z) * z)``; ``[..., V] -> [...]``."""
-    logits = logits.float()
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+    """Entropy of the softmax over the last dim, ``-sum(p * log p)``; ``[..., V] -> [...]``.
+
+    Computed in at least float32 (bf16 logits lose the small probabilities otherwise).
+    """
+    log_p = torch.log_softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)
 
 
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
