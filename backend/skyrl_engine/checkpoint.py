@@ -1,0 +1,161 @@
+"""Checkpoints in SkyRL's layout, written atomically.
+
+::
+
+    <ckpt_path>/                       trainer.ckpt_path, default <run_dir>/checkpoints
+      latest_ckpt_global_step.txt      the newest COMPLETE checkpoint (written last)
+      global_step_N/
+        policy/                        model.safetensors + config.json + tokenizer (an HF model dir)
+        policy/optimizer.pt            AdamW state
+        policy/scheduler.pt            LR scheduler state
+        policy/rng.pt                  python, numpy and torch RNG states of the trainer process
+        trainer_state.json             global_step, data position, the step's metrics, config
+        data.json                      the train loader position (epoch, batch_in_epoch)
+
+A checkpoint is assembled in ``.tmp_global_step_N`` and renamed into place before the latest file
+is updated, so a kill at any moment leaves either the previous or the new checkpoint, never half.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from typing import Any
+
+LATEST_FILE = "latest_ckpt_global_step.txt"
+STEP_PREFIX = "global_step_"
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def checkpoint_root(ckpt_path: str | None, run_dir: str) -> str:
+    """``trainer.ckpt_path`` or ``<run_dir>/checkpoints``."""
+    return os.path.expanduser(ckpt_path) if ckpt_path else os.path.join(run_dir, "checkpoints")
+
+
+def step_dir(root: str, step: int) -> str:
+    """``<root>/global_step_<step>``."""
+    return os.path.join(root, f"{STEP_PREFIX}{step}")
+
+
+def latest_step(root: str) -> int | None:
+    """The step in ``latest_ckpt_global_step.txt`` when that checkpoint exists, else None."""
+    path = os.path.join(root, LATEST_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        text = f.read().strip()
+    if not text.isdigit():
+        return None
+    step = int(text)
+    if not os.path.isdir(step_dir(root, step)):
+        raise FileNotFoundError(f"{path} names step {step}, but {step_dir(root, step)} is missing")
+    return step
+
+
+def step_of(path: str) -> int:
+    """N from a ``.../global_step_N`` directory; ValueError otherwise."""
+    m = _STEP_DIR.match(os.path.basename(os.path.normpath(path)))
+    if not m:
+        raise ValueError(f"trainer.resume_path: {path!r} is not a global_step_N checkpoint directory")
+    return int(m.group(1))
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def begin(root: str, step: int) -> str:
+    """A fresh temporary directory for checkpoint ``step`` (with ``policy/`` inside)."""
+    tmp = os.path.join(root, f".tmp_{STEP_PREFIX}{step}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "policy"))
+    return tmp
+
+
+def commit(root: str, tmp: str, step: int, trainer_state: dict[str, Any], max_to_keep: int) -> str:
+    """Write the trainer state, move ``tmp`` into place, update the latest file, prune old ones."""
+    with open(os.path.join(tmp, "trainer_state.json"), "w") as f:
+        json.dump(trainer_state, f, default=str)
+    with open(os.path.join(tmp, "data.json"), "w") as f:
+        json.dump(trainer_state.get("data_position", {}), f)
+    final = step_dir(root, step)
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _write_text_atomic(os.path.join(root, LATEST_FILE), str(step))
+    prune(root, max_to_keep)
+    return final
+
+
+def prune(root: str, max_to_keep: int) -> list[int]:
+    """Delete the oldest ``global_step_N`` dirs beyond ``max_to_keep`` (-1 keeps all); return deleted steps."""
+    if max_to_keep is None or max_to_keep < 0:
+        return []
+    steps = sorted(int(m.group(1)) for name in os.listdir(root) if (m := _STEP_DIR.match(name)))
+    doomed = steps[: max(0, len(steps) - max(max_to_keep, 1))]
+    for step in doomed:
+        shutil.rmtree(step_dir(root, step), ignore_errors=True)
+    return doomed
+
+
+def read_trainer_state(ckpt_dir: str) -> dict[str, Any]:
+    """The driver's state saved with a checkpoint."""
+    with open(os.path.join(ckpt_dir, "trainer_state.json")) as f:
+        return json.load(f)
+
+
+# -- the policy's part (runs inside the trainer actor) ----------------------------------------
+
+
+def write_policy_state(ckpt_dir: str, model, optimizer, scheduler, extra: dict[str, Any] | None = None) -> None:
+    """Policy weights (safetensors, HF layout), optimizer, scheduler and RNG states under ``ckpt_dir/policy``."""
+    import random
+
+    import numpy as np
+    import torch
+
+    policy_dir = os.path.join(ckpt_dir, "policy")
+    os.makedirs(policy_dir, exist_ok=True)
+    model.save_pretrained(policy_dir, safe_serialization=True)
+    torch.save(optimizer.state_dict(), os.path.join(policy_dir, "optimizer.pt"))
+    torch.save(scheduler.state_dict(), os.path.join(policy_dir, "scheduler.pt"))
+    rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    torch.save(rng, os.path.join(policy_dir, "rng.pt"))
+    if extra:
+        with open(os.path.join(policy_dir, "extra.json"), "w") as f:
+            json.dump(extra, f, default=str)
+
+
+def read_policy_state(ckpt_dir: str, model, optimizer, scheduler) -> dict[str, Any]:
+    """Restore what :func:`write_policy_state` wrote, in place; return the extra state."""
+    import random
+
+    import torch
+    from safetensors.torch import load_file
+
+    policy_dir = os.path.join(ckpt_dir, "policy")
+    weights = load_file(os.path.join(policy_dir, "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
+    if unexpected or set(missing) - tied:
+        raise RuntimeError(f"{policy_dir}: checkpoint does not fit the model (missing {missing}, unexpected {unexpected})")
+    optimizer.load_state_dict(torch.load(os.path.join(policy_dir, "optimizer.pt"), weights_only=False))
+    scheduler.load_state_dict(torch.load(os.path.join(policy_dir, "scheduler.pt"), weights_only=False))
+    rng = torch.load(os.path.join(policy_dir, "rng.pt"), weights_only=False)
+    import numpy as np
+
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    extra_path = os.path.join(policy_dir, "extra.json")
+    if os.path.exists(extra_path):
+        with open(extra_path) as f:
+            return json.load(f)
+    return {}

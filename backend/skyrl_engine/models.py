@@ -1,0 +1,241 @@
+"""Policy models: Hugging Face causal LMs from a local directory, and the built-in tiny model.
+
+``builtin://tiny-qwen2`` is a ~0.5 M parameter Qwen2 with a character-level tokenizer and a
+Qwen-style chat template, built here (no hub). From random init GRPO cannot find the arithmetic
+task's signal on a CPU, so the model is warm-started by a short supervised phase on the task's
+train rows, then cached under ``$SKYRL_NB_CACHE/models/<hash>/`` (default ``~/.cache/skyrl-nb``)
+so later runs load it in a second. Two processes building it at once are safe: a file lock
+serialises the build, and the directory appears by atomic rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyrl_engine.tasks import PromptRow
+
+TINY_MODEL = "builtin://tiny-qwen2"
+PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<|unk|>"
+ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
+# Roles are single tokens so a short prompt stays short (char-level sequences are long enough).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|im_end|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Shape of the built-in model and its supervised warm start."""
+
+    hidden_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 384
+    max_position_embeddings: int = 256
+    sft_steps: int = 50
+    sft_batch_size: int = 64
+    sft_lr: float = 3e-3
+    version: int = 1  # bump when the build recipe changes, so caches rebuild
+
+
+def cache_root() -> str:
+    """Where built models live: ``$SKYRL_NB_CACHE`` or ``~/.cache/skyrl-nb``."""
+    return os.environ.get("SKYRL_NB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "skyrl-nb")
+
+
+def build_char_tokenizer():
+    """A character-level tokenizer (printable ASCII + newline) with a compact chat template.
+
+    ``[{"role": "user", "content": "1+2"}]`` renders as ``<|user|>1+2<|im_end|><|assistant|>``;
+    the assistant's turn ends with ``<|im_end|>`` (the EOS).
+    """
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [PAD, EOS, UNK, *ROLE_TOKENS]
+    chars = ["\n"] + [chr(c) for c in range(32, 127)]
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens(specials)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK, bos_token=None
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    tok.padding_side = "left"
+    return tok
+
+
+def load_tokenizer(path: str):
+    """The tokenizer saved in a local model directory (pad token falls back to EOS)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_model(path: str):
+    """A float32 causal LM from a local directory, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    return model
+
+
+def encode_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a chat prompt with the generation prompt appended."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def _rows_fingerprint(rows: list[PromptRow]) -> str:
+    h = hashlib.sha256()
+    for row in rows:
+        h.update(json.dumps([row.prompt, str(row.ground_truth)], sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def tiny_model_dir(rows: list[PromptRow], seed: int, spec: TinyModelSpec = TinyModelSpec()) -> str:
+    """The cache directory the warm-started tiny model for these rows and seed lives in."""
+    key = json.dumps({"spec": asdict(spec), "seed": seed, "data": _rows_fingerprint(rows)}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return os.path.join(cache_root(), "models", f"tiny-qwen2-{digest}")
+
+
+def _new_tiny_model(tokenizer, spec: TinyModelSpec, seed: int):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        intermediate_size=spec.intermediate_size,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        attention_dropout=0.0,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return Qwen2ForCausalLM(config)
+
+
+def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyModelSpec, seed: int) -> list[float]:
+    """Train on ``prompt → ground_truth<|im_end|>`` for ``spec.sft_steps`` steps; return the losses.
+
+    Only the answer tokens carry loss. Deterministic: batches come from a generator seeded by ``seed``.
+    """
+    import torch
+
+    examples = []
+    for row in rows:
+        prompt_ids = encode_prompt(tokenizer, row.prompt)
+        answer_ids = tokenizer.encode(str(row.ground_truth), add_special_tokens=False) + [tokenizer.eos_token_id]
+        examples.append((prompt_ids, answer_ids))
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    for _ in range(spec.sft_steps):
+        idx = torch.randint(len(examples), (spec.sft_batch_size,), generator=gen).tolist()
+        seqs = [examples[i][0] + examples[i][1] for i in idx]
+        width = max(len(s) for s in seqs)
+        input_ids_BL = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
+        labels_BL = torch.full((len(seqs), width), -100, dtype=torch.long)
+        mask_BL = torch.zeros((len(seqs), width), dtype=torch.long)
+        for b, i in enumerate(idx):
+            p, a = examples[i]
+            input_ids_BL[b, : len(p) + len(a)] = torch.tensor(p + a)
+            labels_BL[b, len(p) : len(p) + len(a)] = torch.tensor(a)
+            mask_BL[b, : len(p) + len(a)] = 1
+        loss = model(input_ids=input_ids_BL, attention_mask=mask_BL, labels=labels_BL).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+@contextlib.contextmanager
+def _file_lock(path: str):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_tiny_model(rows: list[PromptRow], seed: int, spec: TinyModelSpec = TinyModelSpec()) -> str:
+    """Build (or reuse from cache) the warm-started tiny model; return its local directory."""
+    import torch
+
+    final_dir = tiny_model_dir(rows, seed, spec)
+    if os.path.exists(os.path.join(final_dir, "model.safetensors")):
+        return final_dir
+    with _file_lock(final_dir + ".lock"):
+        if os.path.exists(os.path.join(final_dir, "model.safetensors")):
+            return final_dir  # another process built it while we waited
+        tokenizer = build_char_tokenizer()
+        model = _new_tiny_model(tokenizer, spec, seed)
+        with torch.random.fork_rng():
+            losses = supervised_warm_start(model, tokenizer, rows, spec, seed)
+        tmp = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(final_dir))
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            with open(os.path.join(tmp, "warm_start.json"), "w") as f:
+                json.dump({"spec": asdict(spec), "seed": seed, "sft_losses": losses}, f)
+            os.rename(tmp, final_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return final_dir
+
+
+def resolve_model_path(path: str, train_rows: list[PromptRow] | None, seed: int) -> str:
+    """A local directory for ``trainer.policy.model.path``: itself, or the built tiny model."""
+    if path == TINY_MODEL:
+        if not train_rows:
+            raise ValueError(f"{TINY_MODEL} is warm-started on the train data, but data.train_data is empty")
+        return build_tiny_model(train_rows, seed)
+    if path.startswith("builtin://"):
+        raise ValueError(f"trainer.policy.model.path: unknown built-in model {path!r}; allowed: {TINY_MODEL}")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"trainer.policy.model.path: {path} is not a local model directory")
+    return path
+
+
+def param_count(model: Any) -> int:
+    """Number of parameters (for logs)."""
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,245 @@
+"""The policy side of a step: forward passes, the loss, micro-batched optimizer steps.
+
+``PolicyWorker`` holds the policy, an optional frozen reference, the optimizer and the LR schedule.
+The Ray trainer actor is this class; the bench and the tests use it in-process. One call of
+:meth:`PolicyWorker.train_step` does SkyRL's ``train_critic_and_policy`` for the policy:
+
+    for each of update_epochs_per_batch:
+        for each mini-batch (policy_mini_batch_size prompts x n samples):
+            for each micro-batch (micro_train_batch_size_per_gpu samples):
+                loss = policy_loss(registry) [+ kl_loss_coef * KL(ref)] [- entropy_loss_coef * H]
+                backward (each micro-batch its share of the mini-batch loss)
+            clip grads to max_grad_norm; optimizer.step(); scheduler.step()
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class TrainBatch:
+    """B samples ready for the update: prompt (left-padded, width P) + response (right-padded, T).
+
+    Rows come in groups: rows ``g*n .. g*n+n-1`` are the n samples of prompt g, so a mini-batch of
+    m prompts is a contiguous slice of ``m*n`` rows.
+    """
+
+    sequences_BL: torch.Tensor
+    attention_mask_BL: torch.Tensor
+    response_mask_BT: torch.Tensor
+    advantages_BT: torch.Tensor
+    rollout_logprobs_BT: torch.Tensor
+    group_size: int
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """P: the response starts at this column of ``sequences_BL``."""
+        return self.sequences_BL.shape[1] - self.response_mask_BT.shape[1]
+
+    def rows(self, start: int, stop: int) -> TrainBatch:
+        """Rows ``start:stop`` (all tensors sliced alike)."""
+        return TrainBatch(
+            sequences_BL=self.sequences_BL[start:stop],
+            attention_mask_BL=self.attention_mask_BL[start:stop],
+            response_mask_BT=self.response_mask_BT[start:stop],
+            advantages_BT=self.advantages_BT[start:stop],
+            rollout_logprobs_BT=self.rollout_logprobs_BT[start:stop],
+            group_size=self.group_size,
+        )
+
+
+def set_torch_threads(num_threads: int) -> int:
+    """Fix torch's intra-op threads (0 = all cores this process may use); return the count.
+
+    Ray gives actors one thread by default, and bit-exact resume needs the same count every run.
+    """
+    import torch
+
+    if num_threads <= 0:
+        num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(num_threads)
+    return num_threads
+
+
+def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy: bool = False):
+    """``(logprobs_BT, logits_BTV)`` of the response tokens under ``softmax(logits / temperature)``.
+
+    Same layout and positions as the sampler, so on-policy log-probs match the rollout's.
+    """
+    import torch
+
+    from skyrl_engine.sampler import position_ids_from_mask
+
+    P = batch.num_prompt_tokens
+    out = model(
+        input_ids=batch.sequences_BL,
+        attention_mask=batch.attention_mask_BL,
+        position_ids=position_ids_from_mask(batch.attention_mask_BL),
+        use_cache=False,
+    )
+    logits_BTV = out.logits[:, P - 1 : -1, :].float()
+    if temperature > 0 and temperature != 1.0:
+        logits_BTV = logits_BTV / temperature
+    logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
+    targets_BT = batch.sequences_BL[:, P:]
+    logprobs_BT = logp_BTV.gather(-1, targets_BT[..., None])[..., 0]
+    return logprobs_BT, (logits_BTV if with_entropy else None)
+
+
+class PolicyWorker:
+    """Policy + optional frozen reference + AdamW + LR schedule; one :meth:`train_step` per step."""
+
+    def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
+        import torch
+        from transformers import get_scheduler
+
+        from skyrl_engine.models import load_model
+
+        self.num_threads = set_torch_threads(num_threads)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        self.cfg = cfg
+        t = cfg.trainer
+        self.algo = t.algorithm
+        self.temperature = float(cfg.generator.sampling_params.temperature) or 1.0
+        self.model = load_model(model_path)
+        self.model.train()
+        self.ref_model = load_model(model_path) if self.algo.use_kl_loss else None
+        if self.ref_model is not None:
+            self.ref_model.requires_grad_(False)
+        oc = t.policy.optimizer_config
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay
+        )
+        updates_per_step = (t.train_batch_size // t.policy_mini_batch_size) * t.update_epochs_per_batch
+        self.total_optimizer_steps = max(1, total_steps * updates_per_step)
+        self.scheduler = get_scheduler(
+            _SCHEDULERS[oc.scheduler],
+            self.optimizer,
+            num_warmup_steps=oc.num_warmup_steps,
+            num_training_steps=self.total_optimizer_steps,
+        )
+
+    # -- the update ---------------------------------------------------------------------------
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """Run the micro-batched update on one step's batch; return ``policy/...`` metrics."""
+        import torch
+
+        from skyrl_engine import algorithms
+
+        t = self.cfg.trainer
+        algo = self.algo
+        B = batch.sequences_BL.shape[0]
+        mini_rows = t.policy_mini_batch_size * batch.group_size
+        micro_rows = min(t.micro_train_batch_size_per_gpu, mini_rows)
+        one_pass = t.update_epochs_per_batch == 1 and mini_rows >= B
+        # Off the first pass the policy moves, so the loss needs the pre-update log-probs; on a
+        # single pass they equal the current ones (detached), which saves a forward pass.
+        old_logprobs_BT = None if one_pass else self._forward_no_grad(self.model, batch)
+        ref_logprobs_BT = self._forward_no_grad(self.ref_model, batch) if self.ref_model is not None else None
+
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+
+        def add(key: str, value: float) -> None:
+            sums[key] = sums.get(key, 0.0) + float(value)
+            counts[key] = counts.get(key, 0) + 1
+
+        self.model.train()
+        for _epoch in range(t.update_epochs_per_batch):
+            for mini_start in range(0, B, mini_rows):
+                mini = batch.rows(mini_start, mini_start + mini_rows)
+                mini_B = mini.sequences_BL.shape[0]
+                mini_tokens = float(mini.response_mask_BT.sum())
+                self.optimizer.zero_grad(set_to_none=True)
+                mini_policy_loss = mini_final_loss = 0.0
+                for micro_start in range(0, mini_B, micro_rows):
+                    lo, hi = mini_start + micro_start, mini_start + min(micro_start + micro_rows, mini_B)
+                    micro = batch.rows(lo, hi)
+                    mask_BT = micro.response_mask_BT.float()
+                    logprobs_BT, logits_BTV = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
+                    old_BT = logprobs_BT.detach() if old_logprobs_BT is None else old_logprobs_BT[lo:hi]
+                    policy_loss, loss_metrics = algorithms.compute_policy_loss(
+                        algo.policy_loss_type,
+                        logprobs_BT,
+                        old_BT,
+                        micro.advantages_BT,
+                        mask_BT,
+                        algo,
+                        rollout_logprobs=micro.rollout_logprobs_BT,
+                        num_sequences=mini_B,
+                        num_tokens=mini_tokens,
+                    )
+                    share = (hi - lo) / mini_B  # KL and entropy are means: weight by rows
+                    with torch.set_grad_enabled(algo.use_entropy_loss):
+                        entropy = algorithms.masked_entropy(logits_BTV, mask_BT)
+                    loss = policy_loss
+                    if algo.use_entropy_loss:
+                        loss = loss - algo.entropy_loss_coef * entropy * share
+                    if ref_logprobs_BT is not None:
+                        kl = algorithms.compute_kl_loss(logprobs_BT, ref_logprobs_BT[lo:hi], mask_BT, algo)
+                        loss = loss + algo.kl_loss_coef * kl * share
+                    else:
+                        # no reference: report how far the update moved from the sampling policy
+                        kl = algorithms.masked_mean(micro.rollout_logprobs_BT - logprobs_BT.detach(), mask_BT)
+                    loss.backward()
+                    mini_policy_loss += float(policy_loss)
+                    mini_final_loss += float(loss)
+                    add("policy/policy_entropy", float(entropy))
+                    add("policy/policy_kl", float(kl))
+                    for k, v in loss_metrics.items():
+                        add(f"policy/loss_metrics/{k}", float(v))
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.policy.optimizer_config.max_grad_norm)
+                add("policy/policy_loss", mini_policy_loss)
+                add("policy/final_loss", mini_final_loss)
+                add("policy/grad_norm", float(grad_norm))
+                add("policy/lr", self.scheduler.get_last_lr()[0])
+                self.optimizer.step()
+                self.scheduler.step()
+        return {k: sums[k] / counts[k] for k in sums}
+
+    def _forward_no_grad(self, model, batch: TrainBatch):
+        import torch
+
+        micro = max(1, self.cfg.trainer.micro_forward_batch_size_per_gpu)
+        micro = max(micro, self.cfg.trainer.micro_train_batch_size_per_gpu)
+        parts = []
+        with torch.no_grad():
+            for start in range(0, batch.sequences_BL.shape[0], micro):
+                lp, _ = response_logprobs(model, batch.rows(start, start + micro), self.temperature)
+                parts.append(lp)
+        return torch.cat(parts, dim=0)
+
+    # -- weights and state --------------------------------------------------------------------
+    def get_weights(self) -> dict[str, Any]:
+        """The policy's state dict (CPU tensors, detached copies) for the generator."""
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def save_checkpoint(self, ckpt_dir: str, extra_state: dict[str, Any]) -> None:
+        """Write policy weights, optimizer, scheduler and RNG states into ``ckpt_dir`` (see checkpoint.py)."""
+        from skyrl_engine.checkpoint import write_policy_state
+
+        write_policy_state(ckpt_dir, self.model, self.optimizer, self.scheduler, extra_state)
+
+    def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
+        """Restore everything :meth:`save_checkpoint` wrote; return the extra state."""
+        from skyrl_engine.checkpoint import read_policy_state
+
+        return read_policy_state(ckpt_dir, self.model, self.optimizer, self.scheduler)
+
+    def ping(self) -> int:
+        """The torch thread count (also proves the actor is up)."""
+        return self.num_threads
+
+
+_SCHEDULERS = {
+    "constant_with_warmup": "constant_with_warmup",
+    "constant": "constant",
+    "linear": "linear",
+    "cosine": "cosine",
+}

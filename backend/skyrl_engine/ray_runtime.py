@@ -1,0 +1,132 @@
+"""Ray for the engine: join the cluster a job was submitted to, or start a private local one.
+
+- Submitted through the Jobs API, ``RAY_ADDRESS`` is set: join that cluster.
+- Inside any Ray job (``RAY_JOB_SUBMISSION_ID`` / ``RAY_JOB_ID`` set) without it: ``address="auto"``.
+- Run by hand: start a private local cluster (own temp dir, no dashboard, ``address="local"`` so a
+  stale ``ray_current_cluster`` file of some other cluster is never picked up, and token auth off so
+  nothing is written to ``~/.ray``); it is shut down when the run ends.
+
+The generator and the trainer are Ray actors. On CPU they are colocated: each asks for half a CPU
+and sets torch's thread count itself (Ray would leave it at 1).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from skyrl_engine.generator import GeneratorOutput, GeneratorWorker
+from skyrl_engine.policy import PolicyWorker, TrainBatch
+
+JOB_ENV_VARS = ("RAY_JOB_SUBMISSION_ID", "RAY_JOB_ID")
+
+
+def available_cpus() -> int:
+    """CPU cores this process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+class RayConnection:
+    """Whether we joined a cluster or started one (and then own its shutdown and temp dir)."""
+
+    def __init__(self, mode: str, temp_dir: str | None = None):
+        self.mode = mode
+        self.temp_dir = temp_dir
+
+    def close(self) -> None:
+        """Shut Ray down in this process; remove the private temp dir of a local cluster."""
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return f"RayConnection(mode={self.mode!r})"
+
+
+def connect(num_cpus: int | None = None) -> RayConnection:
+    """Join the cluster this job runs on, or start a private local one (see module docstring)."""
+    import ray
+
+    if ray.is_initialized():
+        return RayConnection("existing")
+    address = os.environ.get("RAY_ADDRESS")
+    if address or any(os.environ.get(v) for v in JOB_ENV_VARS):
+        ray.init(address=address or "auto", log_to_driver=True)
+        return RayConnection("joined")
+    # A by-hand run: a short temp path (Ray's socket paths have a length limit).
+    temp_dir = tempfile.mkdtemp(prefix="skyrl-ray-", dir="/tmp")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(
+        address="local",
+        num_cpus=num_cpus or available_cpus(),
+        num_gpus=0,
+        include_dashboard=False,
+        _temp_dir=temp_dir,
+        log_to_driver=True,
+        configure_logging=False,
+    )
+    return RayConnection("local", temp_dir)
+
+
+class RayWorkers:
+    """The generator and trainer actors behind the loop's ``Workers`` interface."""
+
+    def __init__(self, model_path: str, cfg: Any, total_steps: int):
+        import ray
+
+        threads = cfg.trainer.num_threads or available_cpus()
+        share = 0.5 if cfg.trainer.placement.colocate_all else 1.0
+        policy_cls = ray.remote(num_cpus=share)(PolicyWorker)
+        generator_cls = ray.remote(num_cpus=share)(GeneratorWorker)
+        self.policy = policy_cls.remote(model_path, cfg, total_steps, threads)
+        self.generator = generator_cls.remote(model_path, threads, cfg.environment.env_class)
+        ray.get([self.policy.ping.remote(), self.generator.ping.remote()])
+
+    def generate(self, rows, n, params, seed) -> GeneratorOutput:
+        import ray
+
+        return ray.get(self.generator.generate.remote(rows, n, params, seed))
+
+    def evaluate(self, rows, n, params, seed, batch_size) -> dict:
+        import ray
+
+        return ray.get(self.generator.evaluate.remote(rows, n, params, seed, batch_size))
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        import ray
+
+        return ray.get(self.policy.train_step.remote(batch))
+
+    def sync_weights(self) -> None:
+        """Trainer → generator: the state dict travels through the object store, not the driver."""
+        import ray
+
+        ray.get(self.generator.load_weights.remote(self.policy.get_weights.remote()))
+
+    def save_checkpoint(self, ckpt_dir: str, extra: dict[str, Any]) -> None:
+        import ray
+
+        ray.get(self.policy.save_checkpoint.remote(ckpt_dir, extra))
+
+    def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
+        import ray
+
+        extra = ray.get(self.policy.load_checkpoint.remote(ckpt_dir))
+        self.sync_weights()
+        return extra
+
+    def shutdown(self) -> None:
+        import ray
+
+        for actor in (self.generator, self.policy):
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - the actor may already be gone
+                pass

@@ -1,0 +1,197 @@
+"""A batched torch sampler with a KV cache: the generator's inference engine on CPU.
+
+Log-probs convention (same as SkyRL's trainer, which divides logits by the sampling temperature):
+``logprobs_BT[b, t]`` is the log-probability of the sampled token under
+``softmax(logits / temperature)`` over the FULL vocabulary — top-k / top-p / min-p only decide which
+tokens may be drawn, they do not renormalise the reported log-probs. With ``temperature == 0``
+(greedy) the log-probs are those of the untempered model (temperature 1).
+
+Layout: prompts are left-padded to a common width ``P``; responses are right-padded to ``T``.
+Position ids count real tokens only, so a left-padded row sees the same positions as unpadded.
+The trainer's forward pass uses exactly this layout, so its log-probs match the sampler's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class SamplingParams:
+    """What SkyRL calls ``generator.sampling_params``."""
+
+    max_generate_length: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+
+    @classmethod
+    def from_config(cls, cfg) -> SamplingParams:
+        """From a config object (or dict) carrying SkyRL's sampling keys."""
+        get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+        top_k = get("top_k", -1)
+        return cls(
+            max_generate_length=int(get("max_generate_length", 16)),
+            temperature=float(get("temperature", 1.0)),
+            top_p=float(get("top_p", 1.0) if get("top_p", 1.0) is not None else 1.0),
+            top_k=int(top_k) if top_k is not None else -1,
+            min_p=float(get("min_p", 0.0) or 0.0),
+        )
+
+
+@dataclass
+class SampleBatch:
+    """B sampled sequences: left-padded prompts + right-padded responses."""
+
+    prompt_ids_BP: torch.Tensor
+    prompt_mask_BP: torch.Tensor
+    response_ids_BT: torch.Tensor
+    response_mask_BT: torch.Tensor
+    """1 for generated tokens (the final EOS included), 0 for padding after the end."""
+    logprobs_BT: torch.Tensor
+    finish_reasons: list[str]
+    """``stop`` (EOS sampled) or ``length`` (hit max_generate_length)."""
+
+    @property
+    def response_lengths_B(self) -> torch.Tensor:
+        """Number of generated tokens per row."""
+        return self.response_mask_BT.sum(-1)
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids_BP, mask_BP)``: prompts left-padded to the longest one."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids_BP = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask_BP = torch.zeros((len(prompts), width), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        if p:
+            ids_BP[b, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask_BP[b, width - len(p) :] = 1
+    return ids_BP, mask_BP
+
+
+def position_ids_from_mask(mask_BL: torch.Tensor) -> torch.Tensor:
+    """0-based positions counting only real tokens (padding gets 0)."""
+    return (mask_BL.cumsum(-1) - 1).clamp(min=0)
+
+
+def filter_logits(logits_BV: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Mask (to -inf) the tokens top-k, top-p and min-p exclude; ``logits_BV`` already tempered."""
+    import torch
+
+    neg_inf = torch.finfo(logits_BV.dtype).min
+    if params.top_k is not None and params.top_k > 0 and params.top_k < logits_BV.shape[-1]:
+        kth_B1 = torch.topk(logits_BV, params.top_k, dim=-1).values[:, -1:]
+        logits_BV = logits_BV.masked_fill(logits_BV < kth_B1, neg_inf)
+    if params.min_p and params.min_p > 0.0:
+        probs_BV = torch.softmax(logits_BV, dim=-1)
+        floor_B1 = params.min_p * probs_BV.max(dim=-1, keepdim=True).values
+        logits_BV = logits_BV.masked_fill(probs_BV < floor_B1, neg_inf)
+    if params.top_p is not None and params.top_p < 1.0:
+        sorted_BV, order_BV = torch.sort(logits_BV, descending=True, dim=-1)
+        cum_BV = torch.softmax(sorted_BV, dim=-1).cumsum(-1)
+        # drop a token when the mass before it already reaches top_p (the first token always stays)
+        drop_sorted_BV = (cum_BV - torch.softmax(sorted_BV, dim=-1)) >= params.top_p
+        drop_BV = torch.zeros_like(drop_sorted_BV).scatter(-1, order_BV, drop_sorted_BV)
+        logits_BV = logits_BV.masked_fill(drop_BV, neg_inf)
+    return logits_BV
+
+
+def _draw(logits_BV: torch.Tensor, params: SamplingParams, generator: torch.Generator | None):
+    """``(token_B, logprob_B)`` for one decoding position."""
+    import torch
+
+    if params.temperature <= 0.0:
+        logp_BV = torch.log_softmax(logits_BV.float(), dim=-1)
+        token_B = logits_BV.argmax(dim=-1)
+        return token_B, logp_BV.gather(-1, token_B[:, None])[:, 0]
+    tempered_BV = logits_BV.float() / params.temperature
+    logp_BV = torch.log_softmax(tempered_BV, dim=-1)
+    probs_BV = torch.softmax(filter_logits(tempered_BV, params), dim=-1)
+    token_B = torch.multinomial(probs_BV, 1, generator=generator)[:, 0]
+    return token_B, logp_BV.gather(-1, token_B[:, None])[:, 0]
+
+
+def sample(
+    model,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator | None = None,
+) -> SampleBatch:
+    """Sample one completion per prompt (repeat prompts for a group), with a KV cache.
+
+    Stops a row at ``eos_id`` (kept in the response, finish_reason ``stop``) or after
+    ``params.max_generate_length`` tokens (``length``). ``generator`` makes it reproducible.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    prompt_ids_BP, prompt_mask_BP = left_pad(prompts, pad_id)
+    B = len(prompts)
+    T = params.max_generate_length
+    tokens, logprobs = [], []
+    alive_B = torch.ones(B, dtype=torch.bool)
+    finish = ["length"] * B
+    with torch.inference_mode():
+        cache = DynamicCache()
+        mask_BL = prompt_mask_BP
+        out = model(
+            input_ids=prompt_ids_BP,
+            attention_mask=mask_BL,
+            position_ids=position_ids_from_mask(mask_BL),
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        next_pos_B = mask_BL.sum(-1)
+        for t in range(T):
+            token_B, logprob_B = _draw(out.logits[:, -1, :], params, generator)
+            token_B = torch.where(alive_B, token_B, torch.full_like(token_B, pad_id))
+            logprob_B = torch.where(alive_B, logprob_B, torch.zeros_like(logprob_B))
+            tokens.append(token_B)
+            logprobs.append(logprob_B)
+            stopped_B = alive_B & (token_B == eos_id)
+            for b in torch.nonzero(stopped_B)[:, 0].tolist():
+                finish[b] = "stop"
+            alive_next_B = alive_B & ~stopped_B
+            if t == T - 1 or not bool(alive_next_B.any()):
+                alive_B = alive_next_B
+                break
+            # the token just drawn is real for every row alive when it was drawn
+            mask_BL = torch.cat([mask_BL, alive_B.long()[:, None]], dim=-1)
+            out = model(
+                input_ids=token_B[:, None],
+                attention_mask=mask_BL,
+                position_ids=next_pos_B[:, None],
+                cache=cache,
+                use_cache=True,
+            )
+            next_pos_B = next_pos_B + alive_B.long()
+            alive_B = alive_next_B
+    response_ids_BT = torch.stack(tokens, dim=1)
+    logprobs_BT = torch.stack(logprobs, dim=1).float()
+    # a token is part of the response until (and including) the EOS
+    lengths_B = torch.tensor(
+        [
+            int((response_ids_BT[b] == eos_id).nonzero()[0, 0]) + 1 if finish[b] == "stop" else response_ids_BT.shape[1]
+            for b in range(B)
+        ]
+    )
+    response_mask_BT = (torch.arange(response_ids_BT.shape[1])[None, :] < lengths_B[:, None]).long()
+    return SampleBatch(
+        prompt_ids_BP=prompt_ids_BP,
+        prompt_mask_BP=prompt_mask_BP,
+        response_ids_BT=response_ids_BT,
+        response_mask_BT=response_mask_BT,
+        logprobs_BT=logprobs_BT * response_mask_BT,
+        finish_reasons=finish,
+    )

@@ -1,0 +1,249 @@
+"""Datasets in SkyRL's format and the environments that score them.
+
+A dataset row (Parquet or JSONL) looks like SkyRL's::
+
+    {"data_source": "arithmetic",
+     "prompt": [{"role": "user", "content": "17+25"}],
+     "env_class": "arithmetic",
+     "reward_spec": {"method": "rule", "ground_truth": "2"},
+     "extra_info": {"split": "train", "index": 0}}
+
+Environments come from skyrl-gym's registry (``skyrl_gym.make``). Importing this module registers
+the built-in ``arithmetic`` environment there; skyrl-gym's own ones (``gsm8k``, ...) work unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+BUILTIN_PREFIX = "builtin://"
+ARITHMETIC_SPLITS = {"train": 4096, "test": 256}
+ARITHMETIC_SEED = {"train": 1234, "test": 4321}
+
+
+@dataclass
+class PromptRow:
+    """One dataset row: the chat prompt plus everything the environment needs to score it."""
+
+    prompt: list[dict[str, str]]
+    env_class: str
+    data_source: str
+    ground_truth: Any
+    extras: dict[str, Any] = field(default_factory=dict)
+    """The row without ``prompt`` and ``env_class``: what SkyRL hands the environment as ``extras``."""
+
+
+# --------------------------------------------------------------------------------------------
+# the built-in arithmetic task
+
+
+def arithmetic_rows(split: str) -> list[dict[str, Any]]:
+    """The built-in arithmetic task: ``"a+b"`` → ``(a+b) mod 10`` for digits a, b (one answer token).
+
+    Generated deterministically (fixed seed per split), so every process sees the same rows.
+    """
+    import numpy as np
+
+    if split not in ARITHMETIC_SPLITS:
+        raise ValueError(f"builtin://arithmetic/{split}: unknown split; allowed: train, test")
+    rng = np.random.default_rng(ARITHMETIC_SEED[split])
+    n = ARITHMETIC_SPLITS[split]
+    a_N = rng.integers(0, 10, size=n)
+    b_N = rng.integers(0, 10, size=n)
+    rows = []
+    for i, (a, b) in enumerate(zip(a_N.tolist(), b_N.tolist(), strict=True)):
+        rows.append(
+            {
+                "data_source": "arithmetic",
+                "prompt": [{"role": "user", "content": f"{a}+{b}"}],
+                "env_class": "arithmetic",
+                "reward_spec": {"method": "rule", "ground_truth": str((a + b) % 10)},
+                "extra_info": {"split": split, "index": i, "a": a, "b": b},
+            }
+        )
+    return rows
+
+
+def _arithmetic_reward(response: str, ground_truth: str) -> float:
+    """1.0 when the response is exactly the answer (surrounding whitespace ignored), else 0.0."""
+    return 1.0 if response.strip() == str(ground_truth).strip() else 0.0
+
+
+def _make_arithmetic_env_class():
+    from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+    class ArithmeticEnv(BaseTextEnv):
+        """Single-turn env for the built-in arithmetic task: reward 1 for the exact last digit."""
+
+        def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None):
+            super().__init__()
+            extras = extras or {}
+            if "ground_truth" not in extras.get("reward_spec", {}):
+                raise ValueError("arithmetic env: the row needs reward_spec.ground_truth")
+            self.ground_truth = extras["reward_spec"]["ground_truth"]
+
+        def step(self, action: str) -> BaseTextEnvStepOutput:
+            reward = _arithmetic_reward(action, self.ground_truth)
+            return BaseTextEnvStepOutput(observations=[], reward=reward, done=True, metadata={})
+
+    ArithmeticEnv.__module__ = __name__
+    ArithmeticEnv.__qualname__ = "ArithmeticEnv"
+    return ArithmeticEnv
+
+
+def __getattr__(name: str):
+    # The env class subclasses skyrl-gym's base; build it lazily so importing tasks stays light.
+    if name == "ArithmeticEnv":
+        cls = _make_arithmetic_env_class()
+        globals()["ArithmeticEnv"] = cls
+        return cls
+    raise AttributeError(name)
+
+
+def register_builtin_envs() -> None:
+    """Register ``arithmetic`` in skyrl-gym's registry (idempotent)."""
+    from skyrl_gym.envs import registration
+
+    if "arithmetic" not in registration.registry:
+        registration.register(id="arithmetic", entry_point="skyrl_engine.tasks:ArithmeticEnv")
+
+
+def make_env(env_class: str, extras: dict[str, Any], env_config: Any = None):
+    """An environment from skyrl-gym's registry, as SkyRL's generator makes it."""
+    import skyrl_gym
+
+    register_builtin_envs()
+    return skyrl_gym.make(env_class, env_config=env_config or {}, extras=extras)
+
+
+def score_response(row: PromptRow, response: str) -> tuple[float, dict[str, Any]]:
+    """Run one single-turn episode: init the env with the prompt, step with the response.
+
+    Returns ``(reward, env_metrics)``.
+    """
+    env = make_env(row.env_class, row.extras)
+    try:
+        env.init(row.prompt)
+        out = env.step(response)
+        return float(out["reward"]), dict(env.get_metrics() or {})
+    finally:
+        env.close()
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def _read_file(path: str) -> list[dict[str, Any]]:
+    if path.endswith(".jsonl") or path.endswith(".json"):
+        with open(path, encoding="utf-8") as f:
+            if path.endswith(".json"):
+                data = json.load(f)
+                return list(data) if isinstance(data, list) else [data]
+            return [json.loads(line) for line in f if line.strip()]
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    raise ValueError(f"{path}: unknown dataset format; use .parquet or .jsonl")
+
+
+def read_rows(path: str) -> list[dict[str, Any]]:
+    """The raw rows of one dataset path (a file or ``builtin://arithmetic/{train,test}``)."""
+    if path.startswith(BUILTIN_PREFIX):
+        name = path[len(BUILTIN_PREFIX) :]
+        match = re.fullmatch(r"arithmetic/(\w+)", name)
+        if not match:
+            raise ValueError(f"{path}: unknown built-in dataset; allowed: builtin://arithmetic/train, builtin://arithmetic/test")
+        return arithmetic_rows(match.group(1))
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: dataset file not found")
+    return _read_file(path)
+
+
+def _to_prompt_row(raw: dict[str, Any], default_env_class: str, where: str) -> PromptRow:
+    prompt = raw.get("prompt")
+    if isinstance(prompt, str):
+        prompt = json.loads(prompt) if prompt.lstrip().startswith("[") else [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, list) or not prompt:
+        raise ValueError(f"{where}: 'prompt' must be a non-empty list of messages, got {prompt!r}")
+    prompt = [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
+    env_class = raw.get("env_class") or default_env_class
+    reward_spec = raw.get("reward_spec") or {}
+    extras = {k: v for k, v in raw.items() if k not in ("prompt", "env_class")}
+    return PromptRow(
+        prompt=prompt,
+        env_class=str(env_class),
+        data_source=str(raw.get("data_source") or "unknown"),
+        ground_truth=reward_spec.get("ground_truth"),
+        extras=extras,
+    )
+
+
+def load_prompts(paths: list[str], default_env_class: str = "arithmetic") -> list[PromptRow]:
+    """All rows of ``paths`` (in order) as :class:`PromptRow`.
+
+    >>> rows = load_prompts(["builtin://arithmetic/test"])
+    >>> rows[0].env_class
+    'arithmetic'
+    """
+    rows: list[PromptRow] = []
+    for path in paths:
+        for i, raw in enumerate(read_rows(path)):
+            rows.append(_to_prompt_row(raw, default_env_class, f"{path} row {i}"))
+    return rows
+
+
+def write_rows(path: str, rows: list[dict[str, Any]]) -> str:
+    """Write rows as Parquet or JSONL (by extension). Used for tests and for materialising built-ins."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if path.endswith(".jsonl"):
+        with open(path, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+class PromptLoader:
+    """Deterministic batches of prompts: epoch ``e`` is a permutation seeded by ``seed + e``.
+
+    The position is a pure function of the step, so a resumed run reads exactly the batches an
+    uninterrupted one would (the checkpoint still records it, as SkyRL's ``data.pt`` does).
+    """
+
+    def __init__(self, rows: list[PromptRow], batch_size: int, seed: int, shuffle: bool = True):
+        if batch_size > len(rows):
+            raise ValueError(f"train_batch_size={batch_size} is larger than the dataset ({len(rows)} rows)")
+        self.rows = rows
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.steps_per_epoch = len(rows) // batch_size  # drop_last, as SkyRL's train loader
+
+    def _order(self, epoch: int) -> list[int]:
+        import numpy as np
+
+        if not self.shuffle:
+            return list(range(len(self.rows)))
+        return np.random.default_rng(self.seed + epoch).permutation(len(self.rows)).tolist()
+
+    def position(self, step: int) -> dict[str, int]:
+        """Where global step ``step`` (1-based) reads: ``{"epoch", "batch_in_epoch"}``."""
+        epoch, batch = divmod(step - 1, self.steps_per_epoch)
+        return {"epoch": epoch, "batch_in_epoch": batch}
+
+    def batch(self, step: int) -> list[PromptRow]:
+        """The prompts of global step ``step`` (1-based)."""
+        pos = self.position(step)
+        order = self._order(pos["epoch"])
+        start = pos["batch_in_epoch"] * self.batch_size
+        return [self.rows[i] for i in order[start : start + self.batch_size]]

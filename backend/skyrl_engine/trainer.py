@@ -1,0 +1,348 @@
+"""The training loop: one step = sample → rewards → advantages → policy update → weight sync.
+
+``RLTrainer`` is the driver (SkyRL's ``RayPPOTrainer``): it reads prompts, asks the workers to do the
+heavy parts, computes advantages, and writes the run store (metrics, trajectories, events, status,
+checkpoints). The workers are either Ray actors (:mod:`skyrl_engine.ray_runtime`) or the same
+classes in this process (:class:`LocalWorkers`, used by the bench and tests).
+
+Everything random is derived from ``trainer.seed`` and the step number (sampling generators,
+data order), so a run resumed from a checkpoint repeats exactly what an uninterrupted run does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from skyrl_engine.generator import GeneratorOutput
+    from skyrl_engine.policy import TrainBatch
+    from skyrl_engine.sampler import SamplingParams
+    from skyrl_engine.tasks import PromptRow
+
+HEARTBEAT_S = 5.0
+UNSUPPORTED = {
+    "gae": "trainer.algorithm.advantage_estimator: 'gae' needs a critic, which the torch engine does not have yet",
+}
+
+
+class StopRequested(Exception):
+    """Raised in the driver when the job is asked to stop (SIGTERM)."""
+
+
+class Workers(Protocol):
+    """What the loop needs from the generator and the trainer, wherever they run."""
+
+    def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput: ...
+    def evaluate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int, batch_size: int) -> dict: ...
+    def train_step(self, batch: TrainBatch) -> dict[str, float]: ...
+    def sync_weights(self) -> None: ...
+    def save_checkpoint(self, ckpt_dir: str, extra: dict[str, Any]) -> None: ...
+    def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]: ...
+    def shutdown(self) -> None: ...
+
+
+class LocalWorkers:
+    """Generator and policy in this process (separate model copies, synced by state dict)."""
+
+    def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
+        from skyrl_engine.generator import GeneratorWorker
+        from skyrl_engine.policy import PolicyWorker
+
+        self.policy = PolicyWorker(model_path, cfg, total_steps, num_threads)
+        self.generator = GeneratorWorker(model_path, num_threads, cfg.environment.env_class)
+
+    def generate(self, rows, n, params, seed):
+        return self.generator.generate(rows, n, params, seed)
+
+    def evaluate(self, rows, n, params, seed, batch_size):
+        return self.generator.evaluate(rows, n, params, seed, batch_size)
+
+    def train_step(self, batch):
+        return self.policy.train_step(batch)
+
+    def sync_weights(self) -> None:
+        self.generator.load_weights(self.policy.get_weights())
+
+    def save_checkpoint(self, ckpt_dir, extra):
+        self.policy.save_checkpoint(ckpt_dir, extra)
+
+    def load_checkpoint(self, ckpt_dir):
+        extra = self.policy.load_checkpoint(ckpt_dir)
+        self.sync_weights()
+        return extra
+
+    def shutdown(self) -> None:
+        pass
+
+
+@contextmanager
+def timed(timings: dict[str, float], name: str):
+    """Add the block's wall time to ``timings[name]`` (seconds)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+
+
+def build_train_batch(out: GeneratorOutput, algo_cfg: Any) -> tuple[TrainBatch, Any]:
+    """Turn rollouts into a :class:`TrainBatch`: outcome reward on the last token, then advantages.
+
+    Returns ``(batch, advantages_BT)``.
+    """
+    import numpy as np
+    import torch
+
+    from skyrl_engine import algorithms
+    from skyrl_engine.policy import TrainBatch
+
+    s = out.samples
+    mask_BT = s.response_mask_BT.float()
+    lengths_B = s.response_mask_BT.sum(-1)
+    rewards_BT = torch.zeros_like(mask_BT)
+    has_tokens_B = lengths_B > 0
+    rows_B = torch.arange(mask_BT.shape[0])[has_tokens_B]
+    rewards_BT[rows_B, (lengths_B[has_tokens_B] - 1)] = torch.tensor(out.rewards_B, dtype=torch.float32)[has_tokens_B]
+    advantages_BT, _returns_BT = algorithms.compute_advantages(
+        algo_cfg.advantage_estimator, rewards_BT, mask_BT, np.asarray(out.group_ids_B), algo_cfg
+    )
+    batch = TrainBatch(
+        sequences_BL=torch.cat([s.prompt_ids_BP, s.response_ids_BT], dim=1),
+        attention_mask_BL=torch.cat([s.prompt_mask_BP, s.response_mask_BT], dim=1),
+        response_mask_BT=s.response_mask_BT,
+        advantages_BT=advantages_BT.float(),
+        rollout_logprobs_BT=s.logprobs_BT,
+        group_size=out.group_size,
+    )
+    return batch, advantages_BT
+
+
+def reward_metrics(out: GeneratorOutput) -> dict[str, float]:
+    """SkyRL's reward/* and generate/* metrics for one step's rollouts."""
+    import statistics
+
+    rewards = out.rewards_B
+    n = out.group_size
+    groups = [rewards[g * n : (g + 1) * n] for g in range(len(rewards) // n)]
+    lengths = out.samples.response_mask_BT.sum(-1).tolist()
+    positives = [r for r in rewards if r > 0]
+    return {
+        "reward/avg_raw_reward": sum(rewards) / len(rewards),
+        "reward/std_raw_reward": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+        f"reward/avg_pass_at_{n}": sum(1.0 for g in groups if max(g) > 0) / max(1, len(groups)),
+        "reward/mean_positive_reward": sum(positives) / len(positives) if positives else 0.0,
+        "generate/avg_num_tokens": sum(lengths) / len(lengths),
+        "generate/max_num_tokens": float(max(lengths)),
+        "generate/min_num_tokens": float(min(lengths)),
+        "generate/stop_ratio": sum(1.0 for f in out.samples.finish_reasons if f == "stop") / len(lengths),
+    }
+
+
+def trajectory_rows(step: int, out: GeneratorOutput, advantages_BT, store_token_data: bool) -> list[dict[str, Any]]:
+    """One run-store row per sample (columns per docs/architecture.md)."""
+    s = out.samples
+    lengths = s.response_mask_BT.sum(-1).tolist()
+    n = out.group_size
+    rows = []
+    for b, length in enumerate(lengths):
+        row = {
+            "step": step,
+            "uid": f"{step}-{out.group_ids_B[b]}-{b % n}",
+            "group": out.group_ids_B[b],
+            "prompt": out.prompts[b],
+            "response": out.responses[b],
+            "reward": float(out.rewards_B[b]),
+            "advantage": float(advantages_BT[b, 0]) if length > 0 else 0.0,
+            "num_tokens": int(length),
+            "finish_reason": s.finish_reasons[b],
+            "env_class": out.env_classes[b],
+            "data_source": out.data_sources[b],
+            "discarded_reason": None,
+        }
+        if store_token_data:
+            row["token_ids"] = s.response_ids_BT[b, :length].tolist()
+            row["token_logprobs"] = [float(x) for x in s.logprobs_BT[b, :length].tolist()]
+            row["token_advantages"] = [float(x) for x in advantages_BT[b, :length].tolist()]
+        rows.append(row)
+    return rows
+
+
+class RLTrainer:
+    """The driver. ``RLTrainer(cfg, writer, workers, train_rows, val_rows, model_path).train()``."""
+
+    def __init__(self, cfg: Any, writer: Any, workers: Workers, train_rows: list[PromptRow], val_rows: list[PromptRow]):
+        from skyrl_engine.sampler import SamplingParams
+        from skyrl_engine.tasks import PromptLoader
+
+        t = cfg.trainer
+        if t.algorithm.advantage_estimator in UNSUPPORTED:
+            raise ValueError(UNSUPPORTED[t.algorithm.advantage_estimator])
+        self.cfg = cfg
+        self.writer = writer
+        self.workers = workers
+        self.val_rows = val_rows
+        self.loader = PromptLoader(train_rows, t.train_batch_size, t.seed)
+        self.total_steps = int(cfg.total_steps(len(train_rows)))
+        self.sampling = SamplingParams.from_config(cfg.generator.sampling_params)
+        self.eval_sampling = SamplingParams.from_config(cfg.generator.eval_sampling_params)
+        self.ckpt_root = os.path.join(str(cfg.run_dir), "checkpoints") if not t.ckpt_path else os.path.expanduser(t.ckpt_path)
+        self.global_step = 0
+        self._status_lock = threading.Lock()
+        self._stop_heartbeat = threading.Event()
+
+    # -- status ---------------------------------------------------------------------------------
+    def _status(self, state: str | None = None, **fields: Any) -> None:
+        with self._status_lock:
+            self.writer.set_status(state, **fields)
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop_heartbeat.wait(HEARTBEAT_S):
+            try:
+                self._status()
+            except OSError:
+                pass
+
+    # -- resume ---------------------------------------------------------------------------------
+    def _resume_dir(self) -> str | None:
+        from skyrl_engine import checkpoint
+
+        mode = self.cfg.trainer.resume_mode
+        if mode == "latest":
+            if not os.path.isdir(self.ckpt_root):
+                return None
+            step = checkpoint.latest_step(self.ckpt_root)
+            return None if step is None else checkpoint.step_dir(self.ckpt_root, step)
+        if mode == "from_path":
+            return os.path.expanduser(self.cfg.trainer.resume_path)
+        return None
+
+    def restore(self) -> int:
+        """Load the checkpoint ``resume_mode`` points at (if any); return the step to continue after."""
+        from skyrl_engine import checkpoint
+
+        ckpt_dir = self._resume_dir()
+        if ckpt_dir is None:
+            self.writer.truncate_after(0)
+            return 0
+        step = checkpoint.step_of(ckpt_dir)
+        self.workers.load_checkpoint(ckpt_dir)
+        state = checkpoint.read_trainer_state(ckpt_dir)
+        self.writer.truncate_after(step)
+        # the step's metrics line is written just after its checkpoint; restore it if the kill came between
+        from skyrl_nb.runs import RunReader
+
+        logged = {row.get("step") for row in RunReader(self.writer.run_dir).metrics()}
+        if step not in logged and state.get("metrics"):
+            self.writer.log_metrics(step, state["metrics"])
+        self.writer.log_event("resumed", step=step, path=ckpt_dir)
+        return step
+
+    # -- the loop -------------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run from the restored step to ``total_steps``; return the last step's metrics."""
+        self.writer.write_config(self.cfg)
+        self._status("running", step=0, total_steps=self.total_steps, pid=os.getpid())
+        beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        beat.start()
+        try:
+            start = self.restore()
+            self.global_step = start
+            self._status("running", step=start, total_steps=self.total_steps)
+            if start == 0:
+                self.writer.log_event("started", step=0, total_steps=self.total_steps)
+                if self.cfg.trainer.eval_before_train and self.val_rows:
+                    self.writer.log_event("eval", step=0, **self.evaluate(0))
+            last: dict[str, Any] = {}
+            for step in range(start + 1, self.total_steps + 1):
+                last = self.train_one_step(step)
+                self.global_step = step
+                self._status("running", step=step)
+            self._status("succeeded", step=self.global_step)
+            self.writer.log_event("finished", step=self.global_step, state="succeeded")
+            return last
+        finally:
+            self._stop_heartbeat.set()
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Eval on the val rows with the eval sampling params (seeded by step)."""
+        from skyrl_engine.generator import step_seed
+
+        t, g = self.cfg.trainer, self.cfg.generator
+        return self.workers.evaluate(
+            self.val_rows, g.eval_n_samples_per_prompt, self.eval_sampling, step_seed(t.seed, step, 1), t.eval_batch_size
+        )
+
+    def train_one_step(self, step: int) -> dict[str, Any]:
+        """One full step, including its run-store writes and (when due) eval and checkpoint."""
+        from skyrl_engine.generator import step_seed
+
+        t, g = self.cfg.trainer, self.cfg.generator
+        timings: dict[str, float] = {}
+        with timed(timings, "step"):
+            rows = self.loader.batch(step)
+            with timed(timings, "generate"):
+                out = self.workers.generate(rows, g.n_samples_per_prompt, self.sampling, step_seed(t.seed, step))
+            with timed(timings, "compute_advantages_and_returns"):
+                batch, advantages_BT = build_train_batch(out, t.algorithm)
+            with timed(timings, "policy_train"):
+                metrics = dict(self.workers.train_step(batch))
+            with timed(timings, "sync_weights"):
+                self.workers.sync_weights()
+            metrics.update(reward_metrics(out))
+            tokens = float(batch.attention_mask_BL.sum())
+            metrics["trainer/tokens_per_second"] = tokens / max(timings["policy_train"], 1e-9)
+            metrics["trainer/epoch"] = self.loader.position(step)["epoch"]
+            metrics["trainer/global_step"] = step
+            if self._due(t.eval_interval, step) and self.val_rows:
+                with timed(timings, "eval"):
+                    eval_metrics = self.evaluate(step)
+                metrics.update(eval_metrics)
+                self.writer.log_event("eval", step=step, **eval_metrics)
+            self.writer.write_trajectories(step, trajectory_rows(step, out, advantages_BT, self.cfg.run.store_token_data))
+            timings["save_checkpoints"] = 0.0
+            if self._due(t.ckpt_interval, step):
+                with timed(timings, "save_checkpoints"):
+                    path = self.save_checkpoint(step, {**metrics, **_timing_metrics(timings)})
+                self.writer.log_event("checkpoint_saved", step=step, path=path)
+        metrics.update(_timing_metrics(timings))
+        self.writer.log_metrics(step, metrics)
+        return metrics
+
+    def _due(self, interval: int, step: int) -> bool:
+        return interval is not None and interval > 0 and (step % interval == 0 or step == self.total_steps)
+
+    def save_checkpoint(self, step: int, metrics: dict[str, Any]) -> str:
+        """Write ``global_step_<step>`` atomically and point the latest file at it."""
+        from skyrl_engine import checkpoint
+
+        os.makedirs(self.ckpt_root, exist_ok=True)
+        tmp = checkpoint.begin(self.ckpt_root, step)
+        position = self.loader.position(step + 1)
+        self.workers.save_checkpoint(tmp, {"global_step": step})
+        state = {
+            "global_step": step,
+            "data_position": position,
+            "metrics": metrics,
+            "config": self.cfg.to_dict(),
+        }
+        return checkpoint.commit(self.ckpt_root, tmp, step, state, self.cfg.trainer.max_ckpts_to_keep)
+
+    def fail(self, err: BaseException) -> None:
+        """Record a failure: status failed with the error, an error event with the traceback."""
+        text = f"{type(err).__name__}: {err}"
+        self.writer.log_event("error", step=self.global_step, error=text, traceback=traceback.format_exc())
+        self._status("failed", step=self.global_step, error=text)
+
+    def stopped(self) -> None:
+        """Record a requested stop."""
+        self.writer.log_event("finished", step=self.global_step, state="stopped")
+        self._status("stopped", step=self.global_step)
+
+
+def _timing_metrics(timings: dict[str, float]) -> dict[str, float]:
+    return {f"timing/{k}": v for k, v in timings.items()}
