@@ -999,8 +999,8 @@ def connect_sagemaker_ray(address: str) -> Any:
         ) from None
     from skyrl_nb.cluster.base import Cluster
 
-    cluster = Cluster.__new__(Cluster)
-    # Cluster.__init__ normalizes addresses to http(s); the toolkit's scheme must reach Ray unchanged.
-    Cluster.__init__(cluster, "http://sagemaker-ray.invalid", dashboard_url=None)
+    cluster = Cluster("http://127.0.0.1", name=address)
+    # Cluster normalizes addresses to http(s); the toolkit's scheme must reach Ray's job client unchanged.
     cluster.address = address
+    cluster.dashboard_url = address
     return cluster

@@ -22,11 +22,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import socket
 import ssl
 import struct
-import tempfile
 import threading
 import time
 import urllib.error
@@ -370,7 +368,6 @@ class PortForward:
         self._lock = threading.Lock()
         self.errors: list[str] = []
         self.connections = 0
-        self._ca_file: str | None = None
         self._thread = threading.Thread(target=self._accept_loop, name=f"portforward-{pod}:{port}", daemon=True)
         self._thread.start()
         log.info("port-forward 127.0.0.1:%d -> %s/%s:%d", self.local_port, namespace, pod, port)
@@ -467,8 +464,6 @@ class PortForward:
         with self._lock:
             for s in list(self._sockets):
                 _quiet(s.close)
-        if self._ca_file:
-            _quiet(os.unlink, self._ca_file)
 
     def __enter__(self) -> PortForward:
         return self
@@ -495,15 +490,6 @@ def _quiet(fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)
     except Exception:
         pass
-
-
-def write_ca_file(ca_data: str) -> str:
-    """Write the cluster CA (base64 PEM or PEM) to a private temp file; return its path."""
-    pem = base64.b64decode(ca_data).decode() if "BEGIN CERTIFICATE" not in ca_data else ca_data
-    fd, path = tempfile.mkstemp(prefix="skyrl-eks-ca-", suffix=".pem")
-    with os.fdopen(fd, "w") as f:
-        f.write(pem)
-    return path
 
 
 @dataclass(frozen=True)
