@@ -200,3 +200,41 @@ def test_token_secret_without_auth(fake_k8s: Any, kube: KubeClient) -> None:
     rc.up(timeout=10, poll_s=0.01, progress=None)
     assert rc.token() is None
     assert not [k for k in fake_k8s.objects if k[0] == "secrets"]
+
+
+def test_sagemaker_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from skyrl_nb.cluster.hyperpod import connect_sagemaker_ray, parse_sagemaker_ray_address
+
+    assert parse_sagemaker_ray_address("sagemaker_ray://hp/team-a") == ("hp", "team-a")
+    with pytest.raises(ValueError, match="not a sagemaker_ray://<cluster>/<namespace> address"):
+        parse_sagemaker_ray_address("sagemaker_ray://hp")
+    real = importlib.metadata.distribution
+
+    def without_toolkit(name: str) -> Any:
+        if name == "toolkit-for-ray-on-sagemaker-ai":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", without_toolkit)
+    with pytest.raises(ImportError, match="pip install toolkit-for-ray-on-sagemaker-ai.*hyperpod\\(<cluster>"):
+        connect_sagemaker_ray("sagemaker_ray://hp/team-a")
+    # With the toolkit installed the address goes to Ray's job client unchanged (the toolkit's scheme).
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: object())
+    cluster = connect_sagemaker_ray("sagemaker_ray://hp/team-a")
+    assert cluster.address == "sagemaker_ray://hp/team-a"
+
+
+def test_package_entry_points_and_light_import() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, skyrl_nb, skyrl_nb.cluster as c, skyrl_nb.cluster.hyperpod, skyrl_nb.studio;"
+            "rc = c.hyperpod('hp', workers=['ml.g5.xlarge']); assert type(rc).__name__ == 'HyperPodRayCluster';"
+            "assert callable(c.list_hyperpod);"
+            "heavy = [m for m in ('boto3', 'botocore', 'websocket', 'kubernetes', 'ray', 'ipywidgets') if m in sys.modules];"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
