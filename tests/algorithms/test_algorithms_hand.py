@@ -322,3 +322,22 @@ def test_kl_in_reward():
     close(metrics["avg_kl"], (0.3 + 0.6) / 2)
     close(metrics["avg_kl_max"], (0.4 + 0.6) / 2)
     assert metrics["kl_loss_coef"] == 0.5
+
+
+def test_registries_hold_exactly_the_names_the_config_allows():
+    from skyrl_nb import config
+
+    assert set(alg.ADVANTAGE_ESTIMATORS) == set(config.ADVANTAGE_ESTIMATORS)
+    assert set(alg.POLICY_LOSSES) == set(config.POLICY_LOSSES)
+    assert set(alg.LOSS_REDUCTIONS) == set(config.LOSS_REDUCTIONS)
+    assert set(alg.KL_ESTIMATORS) == set(config.KL_ESTIMATORS)
+
+
+def test_the_real_job_config_drives_the_functions():
+    from skyrl_nb.config import JobConfig
+
+    algo = JobConfig().trainer.algorithm
+    adv, _ = alg.compute_advantages(algo.advantage_estimator, rewards(), MASK, INDEX, algo)
+    loss, metrics = alg.compute_policy_loss(algo.policy_loss_type, NEW, OLD, ADV, LOSS_MASK, algo)
+    close(loss, 0.34)  # the same numbers as with the SimpleNamespace defaults above
+    assert "clip_ratio" in metrics
