@@ -183,11 +183,14 @@ class _PidsCgroup:
     def join(self) -> None:
         """Called in the child before exec: move this process into the cgroup."""
         if self.path is not None:
-            fd = os.open(self._procs, os.O_WRONLY)
             try:
-                os.write(fd, str(os.getpid()).encode())
-            finally:
-                os.close(fd)
+                fd = os.open(self._procs, os.O_WRONLY)
+                try:
+                    os.write(fd, str(os.getpid()).encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # the audit hook (and RLIMIT_NPROC off root) still limit spawns
 
     def hit_limit(self) -> bool:
         if self.path is None:
