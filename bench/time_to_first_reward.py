@@ -1,0 +1,106 @@
+"""Time from starting papermill on the quickstart to the first reward point in the run store.
+
+    .venv/bin/python bench/time_to_first_reward.py [--steps 10] [--fresh-cluster]
+
+Starts `python -m papermill notebooks/quickstart.ipynb` as a subprocess, polls
+`<run_root>/<run_id>/metrics.jsonl` for the first row carrying `reward/avg_raw_reward`, then lets
+the notebook finish. By default the local Ray head is started by the notebook if none runs (and
+stopped at the end); `--fresh-cluster` first stops a running one, so the number includes the
+cluster start. Prints one JSON object as its last line and writes
+bench/results/time_to_first_reward.json. Goal: time_to_first_reward_s <= 60.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GOAL_S = 60.0
+
+
+def first_reward_time(metrics: Path, deadline: float, proc: subprocess.Popen[bytes]) -> float | None:
+    """Poll `metrics` until a row has a reward; returns the monotonic time seen, None on timeout/exit."""
+    while time.monotonic() < deadline:
+        if metrics.exists():
+            for line in metrics.read_text().splitlines():
+                try:
+                    if json.loads(line).get("reward/avg_raw_reward") is not None:
+                        return time.monotonic()
+                except ValueError:
+                    continue
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.05)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark once."""
+    parser = argparse.ArgumentParser(description="time to first reward from papermill start")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--fresh-cluster", action="store_true", help="stop a running local head first")
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, str(REPO))
+    from skyrl_nb.demo import ensure_kernel
+
+    if args.fresh_cluster:
+        from skyrl_nb.cluster import local
+
+        running = local(start=False)
+        if running is not None:
+            running.shutdown()
+        cluster_was_running = False
+    else:
+        from skyrl_nb.cluster import local
+
+        cluster_was_running = local(start=False) is not None
+    kernel = ensure_kernel()
+    run_root = Path(tempfile.mkdtemp(prefix="skyrl-ttfr-"))
+    run_id = f"ttfr-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = run_root / "quickstart.out.ipynb"
+    cmd = [sys.executable, "-m", "papermill", str(REPO / "notebooks" / "quickstart.ipynb"), str(out),
+           "-k", kernel, "--no-progress-bar", "-p", "max_training_steps", str(args.steps),
+           "-p", "run_root", str(run_root), "-p", "run_id", run_id, "-p", "min_reward_gain", "-1.0",
+           "-p", "keep_cluster", "True" if cluster_was_running else "False"]
+    env = dict(os.environ, SKYRL_NB_STATIC="1")
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seen = first_reward_time(run_root / run_id / "metrics.jsonl", start + args.timeout, proc)
+    ttfr = None if seen is None else seen - start
+    try:
+        _, err = proc.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    total = time.monotonic() - start
+    result = {
+        "time_to_first_reward_s": None if ttfr is None else round(ttfr, 2),
+        "goal_s": GOAL_S,
+        "met_goal": ttfr is not None and ttfr <= GOAL_S,
+        "notebook_wall_s": round(total, 2),
+        "papermill_rc": proc.returncode,
+        "steps": args.steps,
+        "cluster_started_by_notebook": not cluster_was_running,
+        "cpus": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    if proc.returncode:
+        result["papermill_error"] = err.decode(errors="replace").strip().splitlines()[-1:] if err else []
+    results = REPO / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "time_to_first_reward.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))
+    return 0 if ttfr is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""A Ray cluster seen from the notebook: its dashboard address, a bearer token, and the Jobs API.
+
+`Cluster` is the thin client every cluster kind shares (local, `connect`, HyperPod). It talks to
+Ray only through the dashboard's HTTP APIs (`JobSubmissionClient` for jobs, the state API for
+resources), so the kernel never joins the cluster and never imports torch.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shlex
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyrl_nb.config import JobConfig
+    from skyrl_nb.jobs import Job
+
+# Metadata keys put on every submission so `Cluster.jobs()` can find the run behind a job.
+META_RUN_ID = "skyrl_nb_run_id"
+META_RUN_DIR = "skyrl_nb_run_dir"
+META_ATTEMPT = "skyrl_nb_attempt"
+
+STUDIO_METADATA = "/opt/ml/metadata/resource-metadata.json"
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+# ----------------------------------------------------------------------------- Studio detection
+
+
+def _studio_metadata() -> dict[str, Any] | None:
+    """SageMaker Studio's resource metadata, or None outside Studio.
+
+    `SKYRL_NB_STUDIO_METADATA` points at another file (tests); `SKYRL_NB_STUDIO=0` turns detection off.
+    """
+    if os.environ.get("SKYRL_NB_STUDIO", "").lower() in ("0", "false", "no"):
+        return None
+    path = Path(os.environ.get("SKYRL_NB_STUDIO_METADATA", STUDIO_METADATA))
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+    if os.environ.get("SAGEMAKER_SPACE_NAME") or os.environ.get("SKYRL_NB_STUDIO", "").lower() in ("1", "true"):
+        return {}
+    return None
+
+
+def studio_proxy_url(port: int) -> str | None:
+    """The URL under which Studio's Jupyter proxy serves `port` on this host, or None outside Studio.
+
+    Uses `skyrl_nb.studio.proxy_url(port)` when that module exists (richer detection); otherwise
+    reads `/opt/ml/metadata/resource-metadata.json`. With a domain id and a region the URL is
+    absolute (`https://<domain>.studio.<region>.sagemaker.aws/jupyterlab/default/proxy/<port>/`),
+    else the same-origin path `/jupyterlab/default/proxy/<port>/`.
+    """
+    try:
+        from skyrl_nb import studio  # type: ignore[attr-defined]
+    except ImportError:
+        studio = None
+    if studio is not None and hasattr(studio, "proxy_url"):
+        return studio.proxy_url(port)
+    meta = _studio_metadata()
+    if meta is None:
+        return None
+    path = f"/jupyterlab/default/proxy/{port}/"
+    domain = meta.get("DomainId")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    arn = str(meta.get("ResourceArn", ""))
+    if not region and arn.startswith("arn:aws:sagemaker:"):
+        region = arn.split(":")[3]
+    if domain and region:
+        return f"https://{domain}.studio.{region}.sagemaker.aws{path}"
+    return path
+
+
+def display_dashboard_url(address: str) -> str:
+    """The Ray dashboard URL a browser should open: Studio's proxy path for a local port in Studio."""
+    m = re.match(r"^https?://(127\.0\.0\.1|localhost|0\.0\.0\.0)(?::(\d+))?/?$", address)
+    if m:
+        proxied = studio_proxy_url(int(m.group(2) or 80))
+        if proxied:
+            return proxied
+    return address.rstrip("/") + "/"
+
+
+# ----------------------------------------------------------------------------- tokens
+
+
+def read_token_file(path: str | os.PathLike[str]) -> str | None:
+    """The token in `path` (whitespace stripped), or None when the file is missing or empty."""
+    try:
+        token = Path(path).expanduser().read_text().strip()
+    except OSError:
+        return None
+    return token or None
+
+
+def find_token(token: str | None = None) -> str | None:
+    """A Ray auth token: `token`, else `RAY_AUTH_TOKEN`, else `RAY_AUTH_TOKEN_PATH`, else `~/.ray/auth_token`."""
+    if token:
+        return token
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip()
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return read_token_file(os.environ["RAY_AUTH_TOKEN_PATH"])
+    return read_token_file(Path.home() / ".ray" / "auth_token")
+
+
+def normalize_address(address: str) -> str:
+    """`host:port` or `http(s)://host:port[/]` -> `http(s)://host:port` (the dashboard HTTP address)."""
+    address = address.strip()
+    if address.startswith("ray://"):
+        raise ValueError(
+            f"address {address!r} is a Ray Client address; give the dashboard HTTP address, e.g. http://host:8265"
+        )
+    if not re.match(r"^https?://", address):
+        address = "http://" + address
+    return address.rstrip("/")
+
+
+def new_run_id(preset: str | None = None) -> str:
+    """A fresh run id: `<preset>-<YYYYmmdd-HHMMSS>-<4 hex>`."""
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", preset or "run").strip("-") or "run"
+    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+# ----------------------------------------------------------------------------- the cluster
+
+
+class Cluster:
+    """A Ray cluster reached through its dashboard HTTP address with a bearer token.
+
+    >>> c = Cluster("http://127.0.0.1:8265", token="...")
+    >>> job = c.launch("quickstart")          # submits `python -m skyrl_engine train --config ...`
+    >>> c.jobs(), c.resources()
+
+    `address` is the dashboard HTTP address; `dashboard_url` is what a browser should open (defaults
+    to `address`, rewritten to Studio's proxy path inside SageMaker Studio); `verify` is TLS
+    verification for https addresses. The token never appears in reprs.
+    """
+
+    #: Python the job's entrypoint runs; `LocalCluster` uses the kernel's own interpreter.
+    python: str = "python"
+    #: The module run as `python -m <engine_module> train --config FILE` (None: `$SKYRL_NB_ENGINE_MODULE`,
+    #: else `skyrl_engine`).
+    engine_module: str | None = None
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        *,
+        dashboard_url: str | None = None,
+        name: str = "ray",
+        verify: bool = True,
+    ) -> None:
+        self.address = normalize_address(address)
+        self._token = token
+        self.dashboard_url = dashboard_url or display_dashboard_url(self.address)
+        self.name = name
+        self.verify = verify
+        self._client_obj: Any = None
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    @property
+    def client(self) -> Any:
+        """The `ray.job_submission.JobSubmissionClient` for this cluster (made on first use)."""
+        if self._client_obj is None:
+            from ray.job_submission import JobSubmissionClient
+
+            self._client_obj = JobSubmissionClient(self.address, headers=self._headers(), verify=self.verify)
+        return self._client_obj
+
+    def _get(self, path: str, timeout: float = 10.0) -> Any:
+        import requests
+
+        resp = requests.get(self.address + path, headers=self._headers(), timeout=timeout, verify=self.verify)
+        if resp.status_code in (401, 403):
+            raise PermissionError(
+                f"{self.address} refused the request ({resp.status_code}): "
+                + ("no token was given" if not self._token else "the token is not valid for this cluster")
+            )
+        resp.raise_for_status()
+        return resp.json()
+
+    def ping(self, timeout: float = 5.0) -> str:
+        """Check the dashboard answers and accepts our token; returns Ray's version."""
+        return str(self._get("/api/version", timeout=timeout).get("ray_version", "?"))
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def _stage_config(self, cfg: JobConfig, run_dir: str, submission_id: str) -> str:
+        """Write the job's config where the job can read it; returns that path as the job sees it.
+
+        The run root is on a filesystem both the kernel and the cluster see (a local disk for the
+        local cluster, FSx/EFS for HyperPod), so the YAML goes next to the run. Subclasses whose
+        cluster mounts the run root elsewhere override this.
+        """
+        path = Path(run_dir) / "launch" / f"{submission_id}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(cfg.to_yaml())
+        os.replace(tmp, path)
+        return str(path)
+
+    def entrypoint(self, config_path: str) -> str:
+        """The shell command a job runs for the config at `config_path`."""
+        module = self.engine_module or os.environ.get("SKYRL_NB_ENGINE_MODULE") or "skyrl_engine"
+        return f"{shlex.quote(self.python)} -m {module} train --config {shlex.quote(config_path)}"
+
+    def _runtime_env(self, run_dir: str, runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+        env = dict(runtime_env or {})
+        env_vars = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": run_dir}
+        env_vars.update(env.get("env_vars") or {})
+        env["env_vars"] = env_vars
+        return env
+
+    def prepare(self, config: Any, *, overrides: list[str] | None = None, run_id: str | None = None) -> JobConfig:
+        """Validate `config` (+ `overrides`) fully; see `prepare_config`. Nothing is submitted."""
+        return prepare_config(config, overrides=overrides, run_id=run_id)
+
+    def launch(
+        self,
+        config: Any,
+        *,
+        runtime_env: dict[str, Any] | None = None,
+        overrides: list[str] | None = None,
+        run_id: str | None = None,
+    ) -> Job:
+        """Validate `config` and submit `python -m skyrl_engine train` for it; returns the `Job`.
+
+        `config` is a preset name, a YAML path, a dict or a `JobConfig`; `overrides` are
+        `key=value` strings. The submission id is the run id; the run directory is
+        `<run.run_root>/<run.run_id>`.
+
+        >>> job = cluster.launch("quickstart", overrides=["trainer.max_training_steps=20"])
+        """
+        cfg = self.prepare(config, overrides=overrides, run_id=run_id)
+        return self._submit(cfg, submission_id=cfg.get("run.run_id"), attempt=0, runtime_env=runtime_env)
+
+    def _submit(self, cfg: JobConfig, *, submission_id: str, attempt: int, runtime_env: dict[str, Any] | None) -> Job:
+        from skyrl_nb.jobs import Job
+
+        run_id = str(cfg.get("run.run_id"))
+        run_dir = str(Path(os.path.expanduser(str(cfg.get("run.run_root")))) / run_id)
+        config_path = self._stage_config(cfg, run_dir, submission_id)
+        created = self._mark_pending(cfg, run_dir) if attempt == 0 else []
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    self.client.submit_job(
+                        entrypoint=self.entrypoint(config_path),
+                        submission_id=submission_id,
+                        runtime_env=self._runtime_env(run_dir, runtime_env),
+                        metadata={META_RUN_ID: run_id, META_RUN_DIR: run_dir, META_ATTEMPT: str(attempt)},
+                    )
+                    break
+                except RuntimeError as exc:
+                    # A fresh head registers its job agent a few seconds after the dashboard answers.
+                    if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(1.0)
+        except BaseException:
+            # Leave no half-made run behind: the same run id must be launchable again.
+            for path in [Path(config_path), *created]:
+                path.unlink(missing_ok=True)
+            raise
+        return Job(self, submission_id=submission_id, run_id=run_id, run_dir=run_dir, attempt=attempt,
+                   runtime_env=runtime_env)
+
+    @staticmethod
+    def _mark_pending(cfg: JobConfig, run_dir: str) -> list[Path]:
+        """Write config.yaml and a `pending` status.json so `list_runs` shows the run at once."""
+        from skyrl_nb.runs import RunWriter
+
+        writer = RunWriter(run_dir)
+        writer.write_config(cfg)
+        writer.set_status("pending", step=0, total_steps=cfg.total_steps())
+        return [Path(run_dir) / "config.yaml", Path(run_dir) / "status.json"]
+
+    def jobs(self) -> list[Job]:
+        """The skyrl-nb jobs on this cluster (every submission, resumes included), newest first."""
+        from skyrl_nb.jobs import Job
+
+        out = []
+        for info in self.client.list_jobs():
+            meta = info.metadata or {}
+            if META_RUN_ID not in meta or not info.submission_id:
+                continue
+            out.append(Job(self, submission_id=info.submission_id, run_id=meta[META_RUN_ID],
+                           run_dir=meta.get(META_RUN_DIR, ""), attempt=int(meta.get(META_ATTEMPT, 0)),
+                           _info=info))
+        out.sort(key=lambda j: (j._info.start_time or 0) if j._info else 0, reverse=True)
+        return out
+
+    def job(self, run_id: str) -> Job:
+        """The latest submission of run `run_id` (a resume supersedes the first launch); KeyError if none."""
+        matches = [j for j in self.jobs() if j.run_id == run_id or j.submission_id == run_id]
+        if not matches:
+            raise KeyError(f"no skyrl-nb job for run {run_id!r} on {self.address}")
+        return max(matches, key=lambda j: j.attempt)
+
+    # -- resources ------------------------------------------------------------------------------
+
+    def resources(self) -> dict[str, Any]:
+        """Total resources of the alive nodes: `{"nodes": n, "CPU": .., "GPU": .., "memory_gb": ..}`."""
+        data = self._get("/api/v0/nodes?limit=1000&detail=false")
+        nodes = (data.get("data") or {}).get("result") or {}
+        rows = nodes.get("result", nodes) if isinstance(nodes, dict) else nodes
+        totals: dict[str, float] = {}
+        alive = 0
+        for node in rows:
+            if node.get("state") != "ALIVE":
+                continue
+            alive += 1
+            for key, value in (node.get("resources_total") or {}).items():
+                if key in ("CPU", "GPU", "memory", "object_store_memory") or key.startswith("accelerator_type"):
+                    totals[key] = totals.get(key, 0.0) + float(value)
+        out: dict[str, Any] = {"nodes": alive, "CPU": totals.get("CPU", 0.0), "GPU": totals.get("GPU", 0.0)}
+        if "memory" in totals:
+            out["memory_gb"] = round(totals["memory"] / 2**30, 1)
+        out.update({k: v for k, v in totals.items() if k.startswith("accelerator_type")})
+        return out
+
+    def shutdown(self) -> None:
+        """Forget this connection. A cluster this object did not start keeps running."""
+        self._client_obj = None
+
+    # -- display ----------------------------------------------------------------------------------
+
+    def _kind(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        auth = "token" if self._token else "no token"
+        return f"{self._kind()}(name={self.name!r}, address={self.address!r}, dashboard={self.dashboard_url!r}, auth={auth})"
+
+    def _repr_rows(self) -> list[tuple[str, str]]:
+        return [
+            ("address", html.escape(self.address)),
+            ("dashboard", f'<a href="{html.escape(self.dashboard_url)}" target="_blank">{html.escape(self.dashboard_url)}</a>'),
+            ("auth", "bearer token (hidden)" if self._token else "none"),
+        ]
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td style='text-align:left;padding-right:1em'><b>{k}</b></td><td style='text-align:left'>{v}</td></tr>"
+            for k, v in self._repr_rows()
+        )
+        return (
+            f"<div><b>{html.escape(self._kind())}</b> <code>{html.escape(self.name)}</code>"
+            f"<table>{rows}</table></div>"
+        )
+
+
+def connect(address: str, token: str | None = None, verify: bool = True, *, name: str = "ray",
+            dashboard_url: str | None = None, check: bool = True) -> Cluster:
+    """Attach to a running Ray cluster by its dashboard HTTP address.
+
+    The token comes from `token`, else `RAY_AUTH_TOKEN`, else the file named by
+    `RAY_AUTH_TOKEN_PATH`, else Ray's `~/.ray/auth_token`. With `check` the dashboard is asked for
+    its version first, so a wrong address or token fails here, with the reason.
+
+    >>> cluster = connect("http://10.0.0.5:8265")
+    """
+    cluster = Cluster(address, find_token(token), dashboard_url=dashboard_url, name=name, verify=verify)
+    if check:
+        try:
+            cluster.ping()
+        except PermissionError:
+            raise
+        except Exception as exc:  # requests' errors are long; say what was tried
+            raise ConnectionError(f"cannot reach the Ray dashboard at {cluster.address}: {type(exc).__name__}") from exc
+    return cluster
+
+
+def prepare_config(config: Any, *, overrides: list[str] | dict[str, Any] | None = None,
+                   run_id: str | None = None) -> JobConfig:
+    """Validate `config` (+ `overrides`) fully and fill in `run.run_id` / an absolute `run.run_root`.
+
+    Raises `ConfigError` (one line per problem). Nothing is written and nothing is submitted:
+    `Cluster.launch` and `%skyrl launch` call this first, so a bad config never reaches a cluster.
+    """
+    from skyrl_nb.config import PRESETS, ConfigError, JobConfig, load_config
+
+    if isinstance(config, JobConfig):
+        cfg = config.with_overrides(overrides) if overrides else config
+    else:
+        cfg = load_config(config, overrides=overrides)
+    preset = config if isinstance(config, str) and config in PRESETS else None
+    rid = run_id or cfg.get("run.run_id") or new_run_id(preset)
+    if not _RUN_ID_RE.match(str(rid)):
+        raise ConfigError(
+            [f"run.run_id: {rid!r} is not a valid run id; use letters, digits, '.', '_' or '-' (at most 100)"]
+        )
+    root = os.path.expanduser(str(cfg.get("run.run_root") or ""))
+    if not os.path.isabs(root):
+        raise ConfigError([f"run.run_root: {root!r} must be an absolute path the cluster can see"])
+    # The job reads the staged YAML on the cluster: spell the run root out, no `~`.
+    fixed = {"run.run_id": str(rid), "run.run_root": root}
+    if any(cfg.get(k) != v for k, v in fixed.items()):
+        cfg = cfg.with_overrides(fixed)
+    cfg.check()
+    run_dir = Path(root) / str(rid)
+    if (run_dir / "status.json").exists() or (run_dir / "metrics.jsonl").exists():
+        raise ConfigError(
+            [f"run.run_id: {rid!r} already exists in {root}; pick another id, or resume that run"]
+        )
+    return cfg
+

@@ -1,0 +1,408 @@
+"""The live training dashboard: follows a job (or shows a finished run) from the run store.
+
+>>> dash = job.dashboard()        # or Dashboard(skyrl_nb.open_run(path))
+>>> dash                          # live widget in JupyterLab; a static SVG under papermill/nbconvert
+>>> dash.wait()                   # block until the job ends (the widget keeps updating)
+>>> dash.on_step_click(lambda step: print(step))
+
+A daemon thread calls `RunReader.poll()` at most twice a second and pushes new points in one
+`batch_update`, so the kernel stays free.
+
+Widget or static? `static=None` (the default) decides with `widget_frontend()`:
+`SKYRL_NB_STATIC=1` forces the static figure, `SKYRL_NB_STATIC=0` the widget; otherwise the
+static figure is used when there is no ipykernel (plain IPython, scripts) or when the kernel was
+started by papermill / nbconvert / nbclient (one of its parent processes is named so). The static
+figure is an SVG of a few tens of KB, so an executed notebook stays small.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_PASS_RE = re.compile(r"^reward/avg_pass_at_(\d+)$")
+_HEADLESS_PARENTS = ("papermill", "nbconvert", "nbclient")
+
+
+# ----------------------------------------------------------------------------- front-end detection
+
+
+def _parent_cmdlines(limit: int = 6) -> list[str]:
+    out, pid = [], os.getppid()
+    for _ in range(limit):
+        if pid <= 1:
+            break
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        out.append(raw.replace(b"\0", b" ").decode(errors="replace"))
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return out
+
+
+def widget_frontend() -> bool:
+    """Whether a live widget front end can be expected (see the module docstring for the rules)."""
+    forced = os.environ.get("SKYRL_NB_STATIC", "").strip().lower()
+    if forced in ("1", "true", "yes"):
+        return False
+    if forced in ("0", "false", "no"):
+        return True
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    return not any(name in cmd for cmd in _parent_cmdlines() for name in _HEADLESS_PARENTS)
+
+
+# ----------------------------------------------------------------------------- series from rows
+
+
+class RunSeries:
+    """Metric rows -> the curves the views draw (`skyrl_widgets.dashboard.empty_series` layout)."""
+
+    def __init__(self) -> None:
+        from skyrl_widgets.dashboard import empty_series
+
+        self.data = empty_series()
+        self.times: list[float] = []
+
+    def add_rows(self, rows: list[dict[str, Any]]) -> int:
+        """Append metric rows (a resumed run may repeat steps: later rows replace earlier ones)."""
+        d = self.data
+        for row in rows:
+            step = row.get("step")
+            if step is None:
+                continue
+            if d["step"] and step <= d["step"][-1]:
+                self._truncate(step)
+            d["step"].append(step)
+            self.times.append(row.get("time") or time.time())
+            d["reward_mean"].append(row.get("reward/avg_raw_reward"))
+            d["reward_std"].append(row.get("reward/std_raw_reward"))
+            pass_value = None
+            for key, value in row.items():
+                m = _PASS_RE.match(key)
+                if m:
+                    d["pass_n"] = int(m.group(1))
+                    pass_value = value
+            d["pass_at"].append(pass_value)
+            d["tokens_per_s"].append(row.get("trainer/tokens_per_second"))
+            for name in d["timing"]:
+                d["timing"][name].append(row.get(f"timing/{name}"))
+            score = row.get("eval/all/avg_score")
+            if score is not None:
+                self._add_eval(step, score)
+        return len(rows)
+
+    def add_events(self, events: list[dict[str, Any]]) -> None:
+        """Eval scores reported as events (step 0 for `eval_before_train`)."""
+        for ev in events:
+            if ev.get("kind") != "eval":
+                continue
+            score = ev.get("eval/all/avg_score", ev.get("avg_score", ev.get("score")))
+            if score is not None:
+                self._add_eval(int(ev.get("step") or 0), score)
+
+    def _add_eval(self, step: int, score: float) -> None:
+        d = self.data
+        if step in d["eval_step"]:
+            d["eval_score"][d["eval_step"].index(step)] = score
+            return
+        d["eval_step"].append(step)
+        d["eval_score"].append(score)
+        pairs = sorted(zip(d["eval_step"], d["eval_score"], strict=True))
+        d["eval_step"], d["eval_score"] = [p[0] for p in pairs], [p[1] for p in pairs]
+
+    def _truncate(self, step: int) -> None:
+        d = self.data
+        keep = sum(1 for s in d["step"] if s < step)
+        for key in ("step", "reward_mean", "reward_std", "pass_at", "tokens_per_s"):
+            del d[key][keep:]
+        for col in d["timing"].values():
+            del col[keep:]
+        del self.times[keep:]
+
+    @property
+    def points(self) -> int:
+        """How many reward points there are."""
+        return sum(1 for v in self.data["reward_mean"] if v is not None)
+
+    def seconds_per_step(self) -> float | None:
+        """Mean wall time of the last (up to) 10 steps."""
+        t = self.times[-11:]
+        if len(t) < 2:
+            return None
+        return (t[-1] - t[0]) / (len(t) - 1)
+
+
+# ----------------------------------------------------------------------------- the dashboard
+
+
+def _reader_for(source: Any) -> tuple[Any, Any]:
+    """(RunReader, Job or None) for a Job, a RunReader, or a run directory path."""
+    from skyrl_nb.runs import RunReader
+
+    if hasattr(source, "submission_id") and hasattr(source, "run_dir"):
+        return RunReader(source.run_dir), source
+    if isinstance(source, RunReader):
+        return RunReader(source.run_dir), None
+    return RunReader(os.fspath(source)), None
+
+
+class Dashboard:
+    """Reward, eval, tokens/s and step-time panels, a progress bar with ETA, state and last error.
+
+    `source` is a `Job` (followed until it ends), a `RunReader` or a run directory. `static`
+    picks the rendering (None: `widget_frontend()` decides). `poll_s` is the polling period
+    (at least 0.5 s: at most two reads a second).
+    """
+
+    def __init__(self, source: Any, *, static: bool | None = None, poll_s: float = 0.5) -> None:
+        self.reader, self.job = _reader_for(source)
+        self.static = (not widget_frontend()) if static is None else static
+        self.poll_s = max(0.5, poll_s)
+        self.series = RunSeries()
+        self.state = "pending"
+        self.step = 0
+        self.total_steps: int | None = None
+        self.error: str | None = None
+        self._callbacks: list[Callable[[int], None]] = []
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._job_checked = 0.0
+        self._display_handle: Any = None
+        self._widget: Any = None
+        self._fig: Any = None
+        self._progress: Any = None
+        self._header: Any = None
+
+    # -- data -------------------------------------------------------------------------------
+
+    @property
+    def points(self) -> int:
+        """Reward points received so far."""
+        return self.series.points
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run reached a final state."""
+        return self.state in ("succeeded", "failed", "stopped")
+
+    def refresh(self) -> int:
+        """Read what is new in the run store (and the job's state); returns the new metric rows."""
+        with self._lock:
+            rows = self.reader.poll()
+            self.series.add_rows(rows)
+            self.series.add_events(self.reader.poll_events())
+            status = self.reader.status()
+            self.state = "lost" if status.get("lost") else str(status.get("state", "pending"))
+            self.step = int(status.get("step") or (self.series.data["step"][-1] if self.series.data["step"] else 0))
+            self.total_steps = status.get("total_steps") or self.total_steps
+            self.error = status.get("error") or self.error
+            self._check_job()
+            self._render()
+            return len(rows)
+
+    def _check_job(self) -> None:
+        """When the job ended without the engine saying so (crash at import, stop), trust Ray."""
+        if self.job is None or self.finished or time.monotonic() - self._job_checked < 2.0:
+            return
+        self._job_checked = time.monotonic()
+        try:
+            info = self.job.info()
+        except Exception:
+            return
+        ray_state = str(getattr(info.status, "value", info.status)).lower()
+        if ray_state in ("failed", "stopped") or (ray_state == "succeeded" and self.state in ("pending", "running")):
+            self.state = ray_state
+            if ray_state == "failed" and not self.error:
+                self.error = info.message or "the job failed"
+                try:
+                    tail = self.job.logs(tail=1).strip()
+                    if tail:
+                        self.error = tail
+                except Exception:
+                    pass
+
+    def eta_s(self) -> float | None:
+        """Seconds left at the recent pace, or None when unknown."""
+        per = self.series.seconds_per_step()
+        if per is None or not self.total_steps:
+            return None
+        return max(0.0, (self.total_steps - self.step) * per)
+
+    def header(self) -> str:
+        """One line: run id, state, step / total, reward first -> last."""
+        r = [v for v in self.series.data["reward_mean"] if v is not None]
+        reward = f", reward {r[0]:.3f} -> {r[-1]:.3f}" if r else ""
+        err = f", error: {str(self.error).strip().splitlines()[-1][:120]}" if self.error else ""
+        return f"{self.reader.run_id}: {self.state}, step {self.step}/{self.total_steps or '?'}{reward}{err}"
+
+    # -- following ----------------------------------------------------------------------------
+
+    def start(self) -> Dashboard:
+        """Start the background poller (no-op when it runs or the run is finished)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._follow, name=f"skyrl-dashboard-{self.reader.run_id}",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop following (the figure keeps what it has)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.refresh()
+            except Exception as exc:  # a torn read or a vanished dir must not kill the thread
+                self.error = self.error or f"dashboard: {type(exc).__name__}: {exc}"
+            if self.finished:
+                self.refresh()  # rows written just before the final status
+                break
+            self._stop.wait(max(0.0, self.poll_s - (time.monotonic() - started)))
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the run ends while the dashboard keeps updating; returns the final state.
+
+        In static mode the figure shown earlier is replaced by the final one.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.start()
+        while not self.finished:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.reader.run_id} still {self.state} after {timeout} s")
+            time.sleep(self.poll_s)
+        self.stop()
+        self.refresh()
+        if self.static and self._display_handle is not None:
+            self._display_handle.update(self._static_bundle(), raw=True)
+        return self.state
+
+    # -- clicks -------------------------------------------------------------------------------
+
+    def on_step_click(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(step)` when a point of the reward curve is clicked (widget mode)."""
+        self._callbacks.append(callback)
+        if self._fig is not None:
+            self._hook_clicks()
+
+    def _hook_clicks(self) -> None:
+        from skyrl_widgets.dashboard import T_PASS, T_REWARD
+
+        def handler(trace: Any, points: Any, state: Any) -> None:
+            for x in points.xs[:1]:
+                for cb in list(self._callbacks):
+                    cb(int(x))
+
+        for idx in (T_REWARD, T_PASS):
+            self._fig.data[idx].on_click(handler, append=False)
+
+    # -- rendering ----------------------------------------------------------------------------
+
+    def widget(self) -> Any:
+        """The ipywidgets box (header, progress bar, figure), made on first use."""
+        if self._widget is None:
+            import ipywidgets as w
+            from skyrl_widgets.dashboard import make_figure
+
+            self._header = w.HTML()
+            self._progress = w.IntProgress(min=0, max=1, value=0, layout=w.Layout(width="40%"))
+            self._fig = make_figure()
+            self._widget = w.VBox([w.HBox([self._progress, self._header]), self._fig])
+            if self._callbacks:
+                self._hook_clicks()
+            self._render()
+        return self._widget
+
+    def _render(self) -> None:
+        if self._widget is None:
+            return
+        from skyrl_widgets.dashboard import progress_html, update_figure
+
+        self._header.value = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error)
+        self._progress.max = max(1, self.total_steps or self.step or 1)
+        self._progress.value = min(self.step, self._progress.max)
+        self._progress.bar_style = {"succeeded": "success", "failed": "danger"}.get(self.state, "info")
+        update_figure(self._fig, self.series.data)
+
+    def to_svg(self) -> str:
+        """The dashboard as a standalone SVG (what static mode shows)."""
+        from skyrl_widgets.dashboard import render_svg
+
+        return render_svg(self.series.data, header=self.header())
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write `to_svg()` to `path` (after reading what is new)."""
+        self.refresh()
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(self.to_svg())
+        return out
+
+    def _static_bundle(self) -> dict[str, Any]:
+        # Inline SVG in text/html: every notebook front end shows it, and IPython then skips
+        # `_repr_html_` (no second copy in the saved notebook).
+        return {"text/html": f"<div>{self.to_svg()}</div>", "text/plain": self.header()}
+
+    def show(self) -> Dashboard:
+        """Display the dashboard now (and start following); returns self."""
+        from IPython.display import display
+
+        self.refresh()
+        if self.static:
+            self._display_handle = display(self._static_bundle(), raw=True, display_id=True)
+        else:
+            display(self.widget())
+            self.start()
+        return self
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        self.refresh()
+        if self.static:
+            return self._static_bundle()
+        bundle = dict(self.widget()._repr_mimebundle_(include=include, exclude=exclude) or {})
+        from skyrl_widgets.dashboard import progress_html
+
+        # Front ends without widgets show the header line instead of the widget.
+        bundle["text/html"] = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error)
+        self.start()
+        return bundle
+
+    def __repr__(self) -> str:
+        return f"Dashboard({self.header()})"
+
+    def _repr_html_(self) -> str:
+        """The header and an inline SVG (for HTML-only renderers; notebooks use `_repr_mimebundle_`)."""
+        self.refresh()
+        return f"<div>{self.to_svg()}</div>"
+
+
+def dashboard(source: Any, **kwargs: Any) -> Dashboard:
+    """A `Dashboard` for a job, a run reader or a run directory."""
+    return Dashboard(source, **kwargs)
+
+
+def open_inspector(run: Any) -> Any:
+    """The trajectory inspector for `run` (a RunReader), from `skyrl_widgets.inspector`."""
+    try:
+        from skyrl_widgets.inspector import TrajectoryInspector
+    except ImportError as exc:
+        raise RuntimeError("the trajectory inspector (skyrl_widgets.inspector) is not installed") from exc
+    return TrajectoryInspector(run)

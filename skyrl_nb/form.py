@@ -1,0 +1,174 @@
+"""`skyrl_nb.configure(preset)`: a form over the job config with live validation and a Launch button.
+
+>>> form = skyrl_nb.configure("quickstart")
+>>> form                                   # edit fields; messages appear beside bad ones
+>>> form.config.to_yaml() == form.to_yaml()  # the form round-trips with YAML
+>>> form.from_yaml(open("run.yaml").read())
+
+The fields cover model, environment and data, algorithm, group size, batch sizes, learning rate,
+KL, steps and placement; every other key keeps the preset's value (edit it in the YAML tab).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+_INT, _FLOAT = "int", "float"
+
+
+def resources_for(cfg: Any) -> dict[str, Any]:
+    """What a job with `cfg` will ask the cluster for (an estimate from the placement keys).
+
+    torch backend: CPU actors only (one trainer, `num_engines` samplers). vLLM: one GPU per engine
+    per tensor-parallel rank, plus the policy's GPUs unless everything is colocated.
+    """
+    eng = cfg.generator.inference_engine
+    place = cfg.trainer.placement
+    if eng.backend == "torch":
+        return {"CPU": 1 + eng.num_engines, "GPU": 0,
+                "text": f"{1 + eng.num_engines} CPU actors (1 trainer + {eng.num_engines} sampler), no GPU"}
+    infer = eng.num_engines * eng.tensor_parallel_size
+    train = place.policy_num_nodes * place.policy_num_gpus_per_node
+    gpus = max(infer, train) if place.colocate_all else infer + train
+    how = "shared by trainer and vLLM (colocated)" if place.colocate_all else f"{train} trainer + {infer} vLLM"
+    return {"CPU": 1, "GPU": gpus, "text": f"{gpus} GPU(s): {how}"}
+
+
+class ConfigForm:
+    """The form behind `configure()`. `config` is the last valid config (None while invalid)."""
+
+    def __init__(self, preset: str = "quickstart", *, overrides: list[str] | None = None,
+                 cluster: Any = None) -> None:
+        from skyrl_widgets.config_form import ConfigFormView
+
+        from skyrl_nb.config import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, load_config
+
+        cfg = load_config(preset, overrides=overrides)
+        self.preset = preset
+        self.cluster = cluster
+        self.job: Any = None
+        self.config: Any = None
+        self.problems: list[str] = []
+        self._base = cfg.to_dict()
+        self.view = ConfigFormView(
+            {"trainer.algorithm.advantage_estimator": ADVANTAGE_ESTIMATORS,
+             "trainer.algorithm.policy_loss_type": POLICY_LOSSES},
+            title=f"skyrl-nb job config (preset {preset})",
+        )
+        self.view.set_values(cfg.to_dotted())
+        self.view.on_change(lambda key: self.validate())
+        self.view.apply_yaml.on_click(lambda _: self.from_yaml(self.view.yaml.value))
+        self.view.launch.on_click(lambda _: self.launch())
+        self.validate()
+
+    # -- values -----------------------------------------------------------------------------------
+
+    def _overrides(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in self.view.raw_values().items():
+            kind = self.view.kinds[key]
+            if kind in (_INT, _FLOAT) and isinstance(value, str):
+                text = value.strip()
+                if not text:
+                    value = None
+                else:
+                    try:
+                        value = int(text) if kind == _INT else float(text)
+                    except ValueError:
+                        value = text  # validation names the field and the bad text
+            out[key] = value
+        return out
+
+    def validate(self) -> list[str]:
+        """Re-check the form; shows messages beside fields and returns every problem ([] when valid)."""
+        from skyrl_nb.config import ConfigError, load_config
+
+        try:
+            cfg = load_config(self._base, self._overrides())
+            problems = cfg.problems()
+        except ConfigError as err:
+            cfg, problems = None, list(err.problems)
+        per_key: dict[str, str] = {}
+        general: list[str] = []
+        for line in problems:
+            key, _, msg = line.partition(":")
+            if key in self.view.inputs:
+                per_key[key] = (per_key[key] + "; " if key in per_key else "") + msg.strip()
+            else:
+                general.append(line)
+        self.view.set_messages(per_key, general)
+        self.problems = problems
+        self.config = cfg if not problems else None
+        if cfg is not None:
+            self.view.set_resources(resources_for(cfg)["text"])
+            if not problems:
+                self.view.set_yaml(cfg.to_yaml())
+        return problems
+
+    def set(self, key: str, value: Any) -> list[str]:
+        """Set one field as a user would type it (text for numbers) and return the problems."""
+        widget = self.view.inputs[key]
+        widget.value = value if not isinstance(value, list) else ", ".join(value)
+        return self.problems
+
+    # -- YAML ---------------------------------------------------------------------------------------
+
+    def to_yaml(self) -> str:
+        """The form's config as YAML; raises ConfigError while the form has problems."""
+        from skyrl_nb.config import ConfigError
+
+        if self.config is None:
+            raise ConfigError(self.problems or ["config: the form is not valid"])
+        return self.config.to_yaml()
+
+    def from_yaml(self, text: str) -> list[str]:
+        """Load a whole config from YAML into the form; returns the problems ([] when valid)."""
+        from skyrl_nb.config import ConfigError, JobConfig
+
+        try:
+            cfg = JobConfig.from_yaml_text(text)
+        except ConfigError as err:
+            self.view.set_messages({}, list(err.problems))
+            self.problems = list(err.problems)
+            return self.problems
+        self._base = cfg.to_dict()
+        self.view.set_values(cfg.to_dotted())
+        return self.validate()
+
+    # -- launch ---------------------------------------------------------------------------------
+
+    def launch(self) -> Any:
+        """Submit the form's config to `cluster` (the local cluster when none was given)."""
+        from IPython.display import display
+
+        if self.validate():
+            return None
+        if self.cluster is None:
+            from skyrl_nb.cluster import local
+
+            self.cluster = local()
+        self.job = self.cluster.launch(self.config)
+        with self.view.output:
+            display(self.job.dashboard())
+        return self.job
+
+    # -- display --------------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        state = "valid" if self.config is not None else f"{len(self.problems)} problem(s)"
+        return f"ConfigForm(preset={self.preset!r}, {state})"
+
+    def _repr_html_(self) -> str:
+        body = html.escape(self.config.to_yaml()) if self.config is not None else html.escape("\n".join(self.problems))
+        return f"<details><summary><b>{html.escape(repr(self))}</b></summary><pre>{body}</pre></details>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle = dict(self.view.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+        bundle["text/html"] = self._repr_html_()
+        return bundle
+
+
+def configure(preset: str = "quickstart", *, overrides: list[str] | None = None, cluster: Any = None) -> ConfigForm:
+    """A config form for `preset` with live validation, the resources it asks for and a Launch button."""
+    return ConfigForm(preset, overrides=overrides, cluster=cluster)

@@ -1,0 +1,155 @@
+"""A training job on a Ray cluster: one Jobs API submission plus the run directory it writes.
+
+A `Job` is as thin as Ray's own job SDK: `status()`, `logs()`, `stop()`, `wait()` are one call
+each; `resume()` resubmits the same run with `trainer.resume_mode=latest` under a new submission
+id (`<run_id>-r1`, `-r2`, ...); `.run` reads the run store the engine writes.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyrl_nb.cluster.base import Cluster
+    from skyrl_nb.dashboard import Dashboard
+
+#: Ray job status -> run-store state words.
+_STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "succeeded", "FAILED": "failed",
+           "STOPPED": "stopped"}
+TERMINAL = ("succeeded", "failed", "stopped")
+
+
+class Job:
+    """One submission of a run to a cluster (see `Cluster.launch`)."""
+
+    def __init__(self, cluster: Cluster, *, submission_id: str, run_id: str, run_dir: str, attempt: int = 0,
+                 runtime_env: dict[str, Any] | None = None, _info: Any = None) -> None:
+        self.cluster = cluster
+        self.submission_id = submission_id
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.attempt = attempt
+        self._runtime_env = runtime_env
+        self._info = _info
+        self._reader: Any = None
+
+    # -- the Jobs API ---------------------------------------------------------------------------
+
+    def info(self) -> Any:
+        """Ray's `JobDetails` for this submission (status, message, start/end times)."""
+        self._info = self.cluster.client.get_job_info(self.submission_id)
+        return self._info
+
+    def status(self) -> str:
+        """`pending`, `running`, `succeeded`, `failed` or `stopped` (Ray's job status, lower case)."""
+        status = self.info().status
+        return _STATES.get(str(getattr(status, "value", status)), str(status).lower())
+
+    def logs(self, tail: int | None = None) -> str:
+        """The job's stdout/stderr so far; the last `tail` lines when given."""
+        text = self.cluster.client.get_job_logs(self.submission_id)
+        if tail is not None:
+            lines = text.splitlines()
+            text = "\n".join(lines[-tail:] if tail > 0 else [])
+        return text
+
+    def stop(self) -> bool:
+        """Ask Ray to stop the job; True if it was running. The run store keeps what was written."""
+        return bool(self.cluster.client.stop_job(self.submission_id))
+
+    def wait(self, timeout: float | None = None, poll_s: float = 1.0) -> str:
+        """Block until the job ends; returns its final state. Raises `TimeoutError` after `timeout` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.status()
+            if state in TERMINAL:
+                return state
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.submission_id} still {state} after {timeout} s")
+            time.sleep(poll_s)
+
+    def resume(self, overrides: list[str] | None = None) -> Job:
+        """Resubmit this run from its latest checkpoint (`trainer.resume_mode=latest`), same run dir.
+
+        The new submission id is `<run_id>-r<n>`. Stop the job first if it is still running.
+        """
+        from skyrl_nb.config import load_config
+
+        state = self.status()
+        if state in ("pending", "running"):
+            raise RuntimeError(f"job {self.submission_id} is {state}; stop() it before resume()")
+        attempts = [j.attempt for j in self.cluster.jobs() if j.run_id == self.run_id]
+        attempt = max(attempts + [self.attempt]) + 1
+        cfg = load_config(self._config_path(), overrides=["trainer.resume_mode=latest", *(overrides or [])])
+        cfg.check()
+        return self.cluster._submit(cfg, submission_id=f"{self.run_id}-r{attempt}", attempt=attempt,
+                                    runtime_env=self._runtime_env)
+
+    def _config_path(self) -> str:
+        staged = Path(self.run_dir) / "launch" / f"{self.submission_id}.yaml"
+        return str(staged if staged.exists() else Path(self.run_dir) / "config.yaml")
+
+    # -- the run store --------------------------------------------------------------------------
+
+    @property
+    def run(self) -> Any:
+        """The `RunReader` of this job's run directory."""
+        if self._reader is None:
+            from skyrl_nb.runs import RunReader
+
+            self._reader = RunReader(self.run_dir)
+        return self._reader
+
+    def dashboard(self, **kwargs: Any) -> Dashboard:
+        """A live dashboard that follows this job (see `skyrl_nb.dashboard.Dashboard`)."""
+        from skyrl_nb.dashboard import Dashboard
+
+        return Dashboard(self, **kwargs)
+
+    def inspect(self) -> Any:
+        """The trajectory inspector for this run (needs `skyrl_widgets.inspector`)."""
+        from skyrl_nb.dashboard import open_inspector
+
+        return open_inspector(self.run)
+
+    # -- display ----------------------------------------------------------------------------------
+
+    def _summary(self) -> dict[str, Any]:
+        try:
+            state = self.status()
+        except Exception as exc:  # unreachable cluster: still show what the run store says
+            state = f"unknown ({type(exc).__name__})"
+        run_status: dict[str, Any] = {}
+        if os.path.exists(os.path.join(self.run_dir, "status.json")):
+            try:
+                run_status = self.run.status()
+            except Exception:
+                run_status = {}
+        return {"state": state, "step": run_status.get("step"), "total_steps": run_status.get("total_steps"),
+                "error": run_status.get("error")}
+
+    def __repr__(self) -> str:
+        s = self._summary()
+        step = f", step={s['step']}/{s['total_steps']}" if s["step"] is not None else ""
+        return f"Job(run_id={self.run_id!r}, submission_id={self.submission_id!r}, state={s['state']!r}{step})"
+
+    def _repr_html_(self) -> str:
+        s = self._summary()
+        url = f"{self.cluster.dashboard_url.rstrip('/')}/#/jobs/{self.submission_id}"
+        rows = [
+            ("run", f"<code>{html.escape(self.run_id)}</code>"),
+            ("submission", f'<a href="{html.escape(url)}" target="_blank">{html.escape(self.submission_id)}</a>'),
+            ("state", html.escape(str(s["state"]))),
+            ("step", f"{s['step']} / {s['total_steps']}" if s["step"] is not None else "-"),
+            ("run dir", f"<code>{html.escape(self.run_dir)}</code>"),
+            ("cluster", html.escape(self.cluster.name)),
+        ]
+        if s["error"]:
+            rows.append(("error", f"<span style='color:#b00'>{html.escape(str(s['error']))}</span>"))
+        body = "".join(f"<tr><td style='text-align:left;padding-right:1em'><b>{k}</b></td>"
+                       f"<td style='text-align:left'>{v}</td></tr>" for k, v in rows)
+        return f"<div><b>Job</b><table>{body}</table></div>"

@@ -1,0 +1,152 @@
+"""The dashboard on a run store written by RunWriter: series, static SVG, widget, clicks, detection."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def write_run(run_dir: Path, steps: int, *, state: str = "succeeded", wait_s: bool = False) -> Any:
+    from skyrl_nb.runs import RunWriter
+
+    w = RunWriter(run_dir)
+    w.set_status("running", step=0, total_steps=steps)
+    w.log_event("eval", step=0, **{"eval/all/avg_score": 0.2})
+    for step in range(1, steps + 1):
+        reward = 0.3 + 0.6 * (1 - math.exp(-step / 10))
+        w.log_metrics(step, {
+            "reward/avg_raw_reward": reward, "reward/std_raw_reward": 0.15, "reward/avg_pass_at_8": reward + 0.1,
+            "trainer/tokens_per_second": 900 + step, "timing/generate": 0.05, "timing/policy_train": 0.04,
+            "timing/sync_weights": 0.01, "timing/save_checkpoints": 0.2 if step % 10 == 0 else 0.0,
+            **({"timing/wait_for_batch": 0.01} if wait_s else {}),
+            **({"eval/all/avg_score": reward} if step % 10 == 0 else {}),
+        })
+    w.set_status(state, step=steps, **({"error": "RuntimeError: boom\nat step 3"} if state == "failed" else {}))
+    return w
+
+
+def test_static_dashboard_of_a_finished_run(tmp_path: Path) -> None:
+    from skyrl_nb.dashboard import Dashboard
+
+    write_run(tmp_path / "r1", 40, wait_s=True)
+    dash = Dashboard(tmp_path / "r1", static=True)
+    dash.refresh()
+    assert dash.points == 40 and dash.state == "succeeded" and dash.finished
+    data = dash.series.data
+    assert data["pass_n"] == 8 and data["eval_step"] == [0, 10, 20, 30, 40]
+    assert data["timing"]["wait_for_batch"][0] == 0.01
+    bundle = dash._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"}
+    assert "<svg" in bundle["text/html"] and "wait for batch" in bundle["text/html"]
+    assert len(bundle["text/html"]) < 60_000
+    assert "r1: succeeded, step 40/40, reward" in bundle["text/plain"]
+
+
+def test_failed_run_shows_last_error(tmp_path: Path) -> None:
+    from skyrl_nb.dashboard import Dashboard
+
+    write_run(tmp_path / "bad", 3, state="failed")
+    dash = Dashboard(tmp_path / "bad", static=False)
+    dash.widget()
+    dash.refresh()
+    assert dash.state == "failed"
+    assert "at step 3" in dash._header.value and "#d62728" in dash._header.value
+    assert dash._progress.bar_style == "danger"
+
+
+def test_widget_gets_points_and_progress(tmp_path: Path) -> None:
+    from skyrl_widgets.dashboard import T_EVAL, T_REWARD, T_TIMING0
+
+    from skyrl_nb.dashboard import Dashboard
+
+    write_run(tmp_path / "r", 12)
+    dash = Dashboard(tmp_path / "r", static=False)
+    box = dash.widget()
+    dash.refresh()
+    fig = dash._fig
+    assert list(fig.data[T_REWARD].x) == list(range(1, 13))
+    assert list(fig.data[T_EVAL].x) == [0, 10]
+    assert fig.data[T_TIMING0].visible is True and fig.data[T_TIMING0 + 4].visible is False  # no wait_for_batch
+    assert dash._progress.value == 12 and dash._progress.max == 12
+    assert box is dash.widget()
+
+
+def test_on_step_click_gets_the_step(tmp_path: Path) -> None:
+    from skyrl_widgets.dashboard import T_REWARD
+
+    from skyrl_nb.dashboard import Dashboard
+
+    write_run(tmp_path / "r", 5)
+    dash = Dashboard(tmp_path / "r", static=False)
+    clicked: list[int] = []
+    dash.on_step_click(clicked.append)
+    dash.widget()
+    dash.refresh()
+    # What the plotly front end sends when a point is clicked.
+    dash._fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
+        "xs": [3], "ys": [0.5], "point_indexes": [2], "trace_indexes": [T_REWARD]}}
+    assert clicked == [3]
+    late: list[int] = []
+    dash.on_step_click(late.append)  # registered after the widget exists
+    dash._fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
+        "xs": [5], "ys": [0.6], "point_indexes": [4], "trace_indexes": [T_REWARD]}}
+    assert clicked == [3, 5] and late == [5]
+
+
+def test_follow_thread_sees_rows_as_they_come(tmp_path: Path) -> None:
+    from skyrl_nb.dashboard import Dashboard
+    from skyrl_nb.runs import RunWriter
+
+    w = RunWriter(tmp_path / "live")
+    w.set_status("running", step=0, total_steps=6)
+    dash = Dashboard(tmp_path / "live", static=True, poll_s=0.5).start()
+    seen = []
+
+    def writer() -> None:
+        for step in range(1, 7):
+            w.log_metrics(step, {"reward/avg_raw_reward": step / 10})
+            w.set_status(step=step)
+            time.sleep(0.3)
+        w.set_status("succeeded")
+
+    t = threading.Thread(target=writer)
+    t.start()
+    deadline = time.time() + 20
+    while not dash.finished and time.time() < deadline:
+        seen.append(dash.points)
+        time.sleep(0.2)
+    t.join()
+    assert dash.wait(timeout=10) == "succeeded"
+    assert dash.points == 6
+    assert any(0 < p < 6 for p in seen), f"never saw a partial curve: {seen}"
+
+
+def test_resumed_rows_replace_later_steps() -> None:
+    from skyrl_nb.dashboard import RunSeries
+
+    s = RunSeries()
+    s.add_rows([{"step": i, "reward/avg_raw_reward": 0.1 * i} for i in range(1, 6)])
+    s.add_rows([{"step": 4, "reward/avg_raw_reward": 0.9}, {"step": 5, "reward/avg_raw_reward": 1.0}])
+    assert s.data["step"] == [1, 2, 3, 4, 5] and s.data["reward_mean"][3] == 0.9
+
+
+def test_widget_frontend_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyrl_nb import dashboard
+
+    monkeypatch.setenv("SKYRL_NB_STATIC", "1")
+    assert dashboard.widget_frontend() is False
+    monkeypatch.setenv("SKYRL_NB_STATIC", "0")
+    assert dashboard.widget_frontend() is True
+    monkeypatch.delenv("SKYRL_NB_STATIC")
+    assert dashboard.widget_frontend() is False  # no kernel in pytest
+
+
+def test_eta_and_format() -> None:
+    from skyrl_widgets.dashboard import format_seconds
+
+    assert format_seconds(5) == "5s" and format_seconds(75) == "1m15s" and format_seconds(3700) == "1h01m"

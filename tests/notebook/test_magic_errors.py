@@ -1,0 +1,119 @@
+"""Bad `%skyrl` lines and overrides: each is a one-line UsageError and submits nothing.
+
+Runs through a real IPython shell; the cluster is a spy that records submissions, and starting a
+local cluster is made to fail loudly, so "nothing submitted" also means "no cluster started".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+
+# (what is wrong, line, cell body or None, a fragment the message must contain)
+BAD: list[tuple[str, str, str | None, str]] = [
+    ("no command", "", None, "needs a command"),
+    ("unknown command", "lauch", None, "did you mean 'launch'"),
+    ("unknown option", "launch --cluster spy --frobnicate", None, "unrecognized arguments"),
+    ("override without =", "launch --cluster spy trainer.seed", None, "is not key=value"),
+    ("empty key", "launch --cluster spy =3", None, "no key before"),
+    ("unknown key", "launch --cluster spy trainer.sed=3", None, "did you mean 'trainer.seed'"),
+    ("unknown section", "launch --cluster spy trainr.seed=3", None, "trainr"),
+    ("not an integer", "launch --cluster spy trainer.seed=abc", None, "trainer.seed"),
+    ("below minimum", "launch --cluster spy trainer.train_batch_size=0", None, "trainer.train_batch_size"),
+    ("bad choice", "launch --cluster spy trainer.algorithm.advantage_estimator=grpoo", None, "did you mean 'grpo'"),
+    ("bad literal", "launch --cluster spy generator.inference_engine.backend=tpu", None, "backend"),
+    ("unknown preset", "launch --cluster spy --preset quikstart", None, "quikstart"),
+    ("missing YAML file", "launch --cluster spy --preset /nope/run.yaml", None, "does not exist"),
+    ("cross-field: mini-batch > batch", "launch --cluster spy trainer.policy_mini_batch_size=64", None,
+     "policy_mini_batch_size"),
+    ("group of one for grpo", "launch --cluster spy generator.n_samples_per_prompt=1", None, "n_samples_per_prompt"),
+    ("missing data file", "launch --cluster spy data.train_data=[/nope/train.parquet]", None, "does not exist"),
+    ("missing model dir", "launch --cluster spy trainer.policy.model.path=/nope/model", None, "model.path"),
+    ("relative run root", "launch --cluster spy run.run_root=relative/runs", None, "absolute path"),
+    ("bad run id", "launch --cluster spy run.run_id=a/b", None, "run.run_id"),
+    ("bad --run-id", "launch --cluster spy --run-id bad:id", None, "run.run_id"),
+    ("no such cluster variable", "launch --cluster nosuchvar", None, "no such variable"),
+    ("cluster variable of the wrong type", "launch --cluster not_a_cluster", None, "not a Cluster"),
+    ("cell body not YAML", "launch --cluster spy", "trainer: [1, 2", "not valid YAML"),
+    ("cell body not a mapping", "launch --cluster spy", "- a\n- b", "must be a YAML mapping"),
+    ("cell body unknown key", "launch --cluster spy", "trainer:\n  sed: 3", "trainer.sed"),
+    ("cell body bad value", "launch --cluster spy", "trainer:\n  algorithm:\n    policy_loss_type: ppo",
+     "policy_loss_type"),
+    ("cell body with a non-launch command", "status", "trainer: {seed: 1}", "only `launch` takes a cell body"),
+    ("logs without run", "logs", None, "needs exactly one run id"),
+    ("status with two runs", "status a b", None, "too many arguments"),
+    ("negative --tail", "logs some-run --tail -3", None, "--tail"),
+    ("--tail not a number", "logs some-run --tail many", None, "invalid int value"),
+    ("--preset on a non-launch command", "stop some-run --preset quickstart", None, "only go with launch"),
+    ("unknown run for logs", "logs no-such-run", None, "no job for run"),
+    ("unknown run for dashboard", "dashboard no-such-run", None, "no run 'no-such-run'"),
+]
+
+
+@pytest.fixture()
+def guarded(shell: Any, spy_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The shell with a spy cluster in `spy`, and `local()` forbidden."""
+    import skyrl_nb.cluster.local as local_mod
+
+    def no_local(**kwargs: Any) -> None:
+        raise AssertionError("a bad line must not start a local cluster")
+
+    monkeypatch.setattr(local_mod, "local", no_local)
+    shell.user_ns["spy"] = spy_cluster
+    shell.user_ns["not_a_cluster"] = 42
+    return shell
+
+
+@pytest.mark.parametrize("what,line,cell,fragment", BAD, ids=[b[0] for b in BAD])
+def test_bad_line_is_one_line_usage_error(guarded: Any, spy_cluster: Any, tmp_path: Path,
+                                          what: str, line: str, cell: str | None, fragment: str) -> None:
+    with pytest.raises(UsageError) as info:
+        if cell is None:
+            guarded.run_line_magic("skyrl", line)
+        else:
+            guarded.run_cell_magic("skyrl", line, cell)
+    message = str(info.value)
+    assert "\n" not in message, f"{what}: message spans lines: {message!r}"
+    assert fragment in message, f"{what}: {message!r} lacks {fragment!r}"
+    assert spy_cluster.client.submitted == [], f"{what}: something was submitted"
+    runs = tmp_path / "runs"
+    assert not runs.exists() or not any(runs.iterdir()), f"{what}: a run dir was created"
+
+
+def test_at_least_twenty_kinds() -> None:
+    assert len({b[0] for b in BAD}) >= 20
+
+
+def test_existing_run_id_is_refused(guarded: Any, spy_cluster: Any, tmp_path: Path) -> None:
+    guarded.run_line_magic("skyrl", "launch --cluster spy --run-id taken --no-dashboard")
+    assert len(spy_cluster.client.submitted) == 1
+    with pytest.raises(UsageError, match="already exists"):
+        guarded.run_line_magic("skyrl", "launch --cluster spy --run-id taken")
+    assert len(spy_cluster.client.submitted) == 1
+
+
+def test_good_launch_reaches_the_spy(guarded: Any, spy_cluster: Any, tmp_path: Path) -> None:
+    job = guarded.run_cell_magic("skyrl", "launch --cluster spy --run-id good trainer.seed=7",
+                                 "trainer:\n  max_training_steps: 3\ngenerator.n_samples_per_prompt: 16\n")
+    (sub,) = spy_cluster.client.submitted
+    assert sub["submission_id"] == "good" and job.run_id == "good"
+    assert "-m fake_engine train --config" in sub["entrypoint"] or "-m skyrl_engine train --config" in sub["entrypoint"]
+    staged = Path(sub["entrypoint"].rsplit(" ", 1)[1])
+    from skyrl_nb.config import load_config
+
+    cfg = load_config(str(staged))
+    assert cfg.trainer.seed == 7 and cfg.trainer.max_training_steps == 3
+    assert cfg.generator.n_samples_per_prompt == 16
+    assert cfg.run.run_root == str(tmp_path / "runs")
+    assert (tmp_path / "runs" / "good" / "status.json").exists()
+
+
+def test_config_settings(shell: Any, tmp_path: Path) -> None:
+    shell.run_line_magic("config", "SkyrlMagics.preset = 'dapo'")
+    shell.run_line_magic("config", "SkyrlMagics.log_tail = 7")
+    magics = shell.magics_manager.registry["SkyrlMagics"]
+    assert magics.preset == "dapo" and magics.log_tail == 7
+    shell.run_line_magic("config", "SkyrlMagics.preset = 'quickstart'")

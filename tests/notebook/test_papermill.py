@@ -1,0 +1,82 @@
+"""Notebooks run headless with papermill against the session's real Ray cluster (fake engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _outputs(nb: Any) -> list[dict[str, Any]]:
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+
+
+def _run(src: Path, out: Path, params: dict[str, Any] | None = None) -> Any:
+    import papermill
+
+    from skyrl_nb.demo import ensure_kernel
+
+    papermill.execute_notebook(str(src), str(out), parameters=params or {}, kernel_name=ensure_kernel(),
+                               progress_bar=False, cwd=str(REPO))
+    return nbformat.read(out, as_version=4)
+
+
+def test_magics_under_papermill(ray_cluster: Any, nb_env: Path, tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in [
+        "%load_ext skyrl_nb",
+        f"%config SkyrlMagics.run_root = {str(tmp_path / 'runs')!r}",
+        "job = %skyrl launch --run-id pm-magic trainer.max_training_steps=4 --wait",
+        "%skyrl status pm-magic",
+        "%skyrl logs pm-magic --tail 1",
+        "%skyrl list",
+        "print(job.status(), len(job.run.metrics()))",
+    ]]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src = tmp_path / "magics.ipynb"
+    nbformat.write(nb, src)
+    done = _run(src, tmp_path / "magics.out.ipynb")
+    text = json.dumps([o for o in _outputs(done)])
+    assert "succeeded 4" in text
+    assert "step 4 reward" in text  # the logs
+    assert "pm-magic" in text and "<svg" in text  # list and the static dashboard
+    assert not any(o.get("output_type") == "error" for o in _outputs(done))
+
+
+def test_bad_magic_fails_papermill(ray_cluster: Any, nb_env: Path, tmp_path: Path) -> None:
+    import papermill
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext skyrl_nb"),
+                nbformat.v4.new_code_cell("%skyrl launch trainer.sed=3")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src = tmp_path / "bad.ipynb"
+    nbformat.write(nb, src)
+    with pytest.raises(papermill.PapermillExecutionError) as info:
+        _run(src, tmp_path / "bad.out.ipynb")
+    assert "trainer.sed: unknown key" in str(info.value)
+    assert not any(j.run_id.startswith("quickstart-") and j.submission_id == j.run_id and
+                   Path(j.run_dir).parent == tmp_path for j in ray_cluster.jobs())
+
+
+def test_quickstart_under_papermill_is_small_and_clean(ray_cluster: Any, nb_env: Path, tmp_path: Path) -> None:
+    out = tmp_path / "quickstart.out.ipynb"
+    done = _run(REPO / "notebooks" / "quickstart.ipynb", out, {
+        "max_training_steps": 8, "run_root": str(tmp_path / "runs"), "run_id": "pm-quick",
+        "keep_cluster": True, "min_reward_gain": 0.3})
+    size = out.stat().st_size
+    print(f"\nexecuted quickstart: {size / 1024:.0f} KB")
+    assert size < 1_000_000
+    outputs = _outputs(done)
+    assert not any(o.get("output_type") == "error" for o in outputs)
+    mimes = {m for o in outputs for m in o.get("data", {})}
+    assert "application/vnd.jupyter.widget-view+json" not in mimes
+    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert "<svg" in html and "pm-quick: succeeded, step 8/8" in html  # the final static figure
+    assert "widgets" not in done.metadata or not done.metadata.get("widgets")
+    assert ray_cluster._token not in out.read_text()

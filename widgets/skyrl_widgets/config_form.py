@@ -1,0 +1,150 @@
+"""The config form view: one labelled input per config key, a message slot beside each.
+
+Views only: `ConfigFormView` knows nothing about validation or clusters. It reports edits through
+`on_change(callback)` and shows what it is told (`set_values`, `set_messages`, `set_resources`,
+`set_yaml`). `skyrl_nb.form` wires it to the config model.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+# (dotted key, label, kind, choices) grouped in sections; kind: text | list | int | float | bool | choice
+FIELDS: list[tuple[str, list[tuple[str, str, str, tuple[str, ...]]]]] = [
+    ("Model and data", [
+        ("trainer.policy.model.path", "model", "text", ()),
+        ("environment.env_class", "environment", "text", ()),
+        ("data.train_data", "train data", "list", ()),
+        ("data.val_data", "eval data", "list", ()),
+    ]),
+    ("Algorithm", [
+        ("trainer.algorithm.advantage_estimator", "advantage", "choice", ()),
+        ("trainer.algorithm.policy_loss_type", "policy loss", "choice", ()),
+        ("generator.n_samples_per_prompt", "group size", "int", ()),
+        ("trainer.policy.optimizer_config.lr", "learning rate", "float", ()),
+        ("trainer.algorithm.use_kl_loss", "KL loss", "bool", ()),
+        ("trainer.algorithm.kl_loss_coef", "KL coef", "float", ()),
+    ]),
+    ("Batches and steps", [
+        ("trainer.train_batch_size", "prompts / step", "int", ()),
+        ("trainer.policy_mini_batch_size", "prompts / update", "int", ()),
+        ("trainer.micro_train_batch_size_per_gpu", "micro batch", "int", ()),
+        ("trainer.max_training_steps", "steps", "int", ()),
+        ("trainer.eval_interval", "eval every", "int", ()),
+    ]),
+    ("Placement", [
+        ("generator.inference_engine.backend", "inference", "choice", ("torch", "vllm")),
+        ("generator.inference_engine.num_engines", "engines", "int", ()),
+        ("trainer.placement.colocate_all", "colocate all", "bool", ()),
+        ("run.run_root", "run root", "text", ()),
+    ]),
+]
+
+
+class ConfigFormView:
+    """The ipywidgets of the form. `widget` is the box to display."""
+
+    def __init__(self, choices: dict[str, tuple[str, ...]], title: str = "") -> None:
+        import ipywidgets as w
+
+        self._w = w
+        self.inputs: dict[str, Any] = {}
+        self.kinds: dict[str, str] = {}
+        self.messages: dict[str, Any] = {}
+        self._callbacks: list[Callable[[str], None]] = []
+        self._muted = False
+        label_layout = w.Layout(width="130px")
+        sections = []
+        for section, fields in FIELDS:
+            rows = [w.HTML(f"<b>{html.escape(section)}</b>")]
+            for key, label, kind, own_choices in fields:
+                widget = self._input(kind, own_choices or choices.get(key, ()))
+                widget.tooltip = key
+                widget.observe(lambda change, k=key: self._changed(k), names="value")
+                self.inputs[key] = widget
+                self.kinds[key] = kind
+                self.messages[key] = w.HTML(layout=w.Layout(width="360px"))
+                rows.append(w.HBox([w.Label(label, layout=label_layout), widget, self.messages[key]]))
+            sections.append(w.VBox(rows))
+        self.general = w.HTML()
+        self.resources = w.HTML()
+        self.yaml = w.Textarea(layout=w.Layout(width="100%", height="260px"))
+        self.apply_yaml = w.Button(description="Apply YAML", icon="upload")
+        self.launch = w.Button(description="Launch", button_style="success", icon="rocket")
+        self.output = w.Output()
+        yaml_box = w.VBox([self.yaml, self.apply_yaml])
+        tabs = w.Tab(children=[w.VBox(sections), yaml_box])
+        tabs.set_title(0, "Form")
+        tabs.set_title(1, "YAML")
+        head = w.HTML(f"<b>{html.escape(title)}</b>") if title else w.HTML()
+        self.widget = w.VBox([head, tabs, self.general, self.resources, self.launch, self.output])
+
+    def _input(self, kind: str, choices: tuple[str, ...]) -> Any:
+        w = self._w
+        layout = w.Layout(width="260px")
+        if kind == "bool":
+            return w.Checkbox(indent=False, layout=w.Layout(width="260px"))
+        if kind == "choice":
+            return w.Dropdown(options=list(choices), layout=layout)
+        # Numbers are typed as text so a bad value ("1e-x", "-3") reaches validation and gets a message.
+        return w.Text(layout=layout)
+
+    def _changed(self, key: str) -> None:
+        if self._muted:
+            return
+        for cb in list(self._callbacks):
+            cb(key)
+
+    def on_change(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(key)` after the user edits a field."""
+        self._callbacks.append(callback)
+
+    def set_values(self, values: dict[str, Any]) -> None:
+        """Show these values (dotted key -> value) without firing change callbacks."""
+        self._muted = True
+        try:
+            for key, value in values.items():
+                if key not in self.inputs:
+                    continue
+                kind, widget = self.kinds[key], self.inputs[key]
+                if kind == "bool":
+                    widget.value = bool(value)
+                elif kind == "choice":
+                    if value not in widget.options:
+                        widget.options = [*widget.options, value]
+                    widget.value = value
+                elif kind == "list":
+                    widget.value = ", ".join(str(v) for v in (value or []))
+                else:
+                    widget.value = "" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
+        finally:
+            self._muted = False
+
+    def raw_values(self) -> dict[str, Any]:
+        """What the fields hold, as typed (text for numbers; lists split on commas)."""
+        out: dict[str, Any] = {}
+        for key, widget in self.inputs.items():
+            kind = self.kinds[key]
+            if kind == "list":
+                out[key] = [p.strip() for p in str(widget.value).split(",") if p.strip()]
+            else:
+                out[key] = widget.value
+        return out
+
+    def set_messages(self, per_key: dict[str, str], general: list[str]) -> None:
+        """Messages beside fields (red) and the ones about keys the form has no field for."""
+        for key, box in self.messages.items():
+            msg = per_key.get(key)
+            box.value = f"<span style='color:#c62828'>{html.escape(msg)}</span>" if msg else ""
+        self.general.value = "".join(f"<div style='color:#c62828'>{html.escape(m)}</div>" for m in general)
+        self.launch.disabled = bool(per_key or general)
+
+    def set_resources(self, text: str) -> None:
+        """The line saying what the job will ask the cluster for."""
+        self.resources.value = f"<i>asks for:</i> {html.escape(text)}"
+
+    def set_yaml(self, text: str) -> None:
+        """Replace the YAML tab's text."""
+        self.yaml.value = text
