@@ -14,6 +14,7 @@ the EKS endpoint and CA come from ``eks.describe_cluster``; Kubernetes is reache
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -43,6 +44,9 @@ class InstanceShape:
     efa: int
     vcpus: int
     memory_gib: int
+
+    def _repr_html_(self) -> str:
+        return f"<code>{escape(repr(self))}</code>"
 
 
 #: Instance types seen on HyperPod with their accelerator and network shape (AWS instance pages).
@@ -448,6 +452,9 @@ class PodInfo:
         return cls(name=meta.get("name", "?"), group=group, phase=st.get("phase", "Unknown"), ready=ready,
                    gpus=gpus, node=spec.get("nodeName"), reason=reason)
 
+    def _repr_html_(self) -> str:
+        return f"<code>{escape(repr(self))}</code>"
+
 
 @dataclass
 class RayClusterStatus:
@@ -842,19 +849,21 @@ class HyperPodRayCluster:
         return studio.proxy_url(pf.local_port) or pf.address
 
     def connect(self, wait: bool = True, timeout: float = 900.0) -> Any:
-        """Port-forward to the head's dashboard and return a :class:`skyrl_nb.cluster.base.Cluster`
-        on it, with the Ray token from KubeRay's Secret. The same Cluster/Job API as a local cluster."""
+        """Port-forward to the head's dashboard and return a ``HyperPodCluster`` (a
+        :class:`skyrl_nb.cluster.base.Cluster`) on it, with the Ray token from KubeRay's Secret: the
+        same Cluster/Job API as a local cluster. ``cluster.shutdown()`` closes the tunnel."""
         from skyrl_nb import studio
-        from skyrl_nb.cluster.base import Cluster
 
         if wait:
             self.wait_ready(timeout=timeout, progress=None)
         token = self.token()
         pf = self.forward(DASHBOARD_PORT)
         dashboard_url = studio.proxy_url(pf.local_port) or pf.address
-        self.cluster = Cluster(pf.address, token=token, dashboard_url=dashboard_url, name=self.name)
-        self.cluster._port_forward = pf  # keeps the tunnel with the object that uses it
-        return self.cluster
+        cluster = _hyperpod_cluster_class()(pf.address, token=token, dashboard_url=dashboard_url, name=self.name)
+        cluster.port_forward = pf
+        cluster.raycluster = self
+        self.cluster = cluster
+        return cluster
 
     def disconnect(self) -> None:
         """Close every port-forward this object opened."""
@@ -901,6 +910,26 @@ class HyperPodRayCluster:
         return (f"<b>RayCluster {escape(self.namespace)}/{escape(self.name)}</b> on HyperPod "
                 f"<code>{escape(self.hyperpod_cluster)}</code>{link}<table><tr><th>group</th><th>type</th>"
                 f"<th>replicas</th><th>GPUs/pod</th><th>EFA</th></tr>{rows}</table>")
+
+
+@functools.cache
+def _hyperpod_cluster_class() -> type:
+    from skyrl_nb.cluster.base import Cluster
+
+    class HyperPodCluster(Cluster):
+        """A :class:`~skyrl_nb.cluster.base.Cluster` reached through a port-forward to a KubeRay head
+        on HyperPod; ``shutdown()`` also closes the tunnel (the RayCluster keeps running)."""
+
+        port_forward: PortForward | None = None
+        raycluster: HyperPodRayCluster | None = None
+
+        def shutdown(self) -> None:
+            super().shutdown()
+            if self.port_forward is not None:
+                self.port_forward.close()
+
+    HyperPodCluster.__module__ = __name__
+    return HyperPodCluster
 
 
 # --------------------------------------------------------------------------- entry points

@@ -512,3 +512,6 @@ class ApiPaths:
 
     def secret(self, name: str) -> str:
         return f"/api/v1/namespaces/{self.namespace}/secrets/{name}"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{escape(repr(self))}</code>"

@@ -141,12 +141,14 @@ def test_port_forward_connect_and_token(fake_k8s: Any, kube: KubeClient) -> None
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(no_token, timeout=5)
         assert e.value.code == 401
-        pf = cluster._port_forward
+        pf = cluster.port_forward
         assert "open" in repr(pf) and fake_k8s.ray_tokens["rl"] not in repr(cluster)
         assert fake_k8s.ray_tokens["rl"] not in cluster._repr_html_()
-        assert cluster.dashboard_url  # the proxy link outside Studio is the local address
+        assert cluster.dashboard_url == cluster.address  # outside Studio the link is the local address
+        assert repr(cluster).startswith("HyperPodCluster(name='rl'") and "auth=token" in repr(cluster)
+        cluster.shutdown()  # closes the tunnel, keeps the RayCluster
+        assert not pf.is_open and ("rayclusters", "team-a", "rl") in fake_k8s.objects
         rc.delete()
-        assert not pf.is_open
 
 
 def test_port_forward_reports_a_refused_pod_port(fake_k8s: Any, kube: KubeClient) -> None:
@@ -238,3 +240,23 @@ def test_package_entry_points_and_light_import() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_every_public_object_has_both_reprs() -> None:
+    import inspect
+
+    from skyrl_nb import studio
+    from skyrl_nb.cluster import hyperpod as hp_mod
+    from skyrl_nb.cluster import kube as kube_mod
+
+    missing = []
+    for mod in (hp_mod, kube_mod, studio):
+        for name, obj in vars(mod).items():
+            if (inspect.isclass(obj) and obj.__module__ == mod.__name__ and not name.startswith("_")
+                    and not issubclass(obj, BaseException)):
+                for attr in ("__repr__", "_repr_html_"):
+                    if attr == "__repr__" and obj.__repr__ is object.__repr__:
+                        missing.append(f"{name}.__repr__")
+                    if attr == "_repr_html_" and not hasattr(obj, "_repr_html_"):
+                        missing.append(f"{name}._repr_html_")
+    assert not missing, missing

@@ -44,7 +44,7 @@ def test_no_secret_anywhere(fake_k8s: Any, boto_session: Any, capsys: pytest.Cap
         cluster = rc.connect(timeout=5)
         assert cluster.ping() == "2.52.1"  # the Ray token really travelled through the tunnel
         assert any(p.startswith("/api/version") for p in dash.hits)
-        objects = [rc, status, cluster, cluster._port_forward, kube, tokens, rc.plan(), studio.info(),
+        objects = [rc, status, cluster, cluster.port_forward, kube, tokens, rc.plan(), studio.info(),
                    *list_hyperpod(namespace="default", kube=kube), *rc.workers]
         for obj in objects:
             shown += [repr(obj), str(obj)]
