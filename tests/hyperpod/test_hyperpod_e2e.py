@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from botocore.stub import Stubber
 from conftest import REGION
 from test_hyperpod_aws import EKS_ARN, ROLE, _describe, _node, _SessionWith
@@ -98,3 +100,45 @@ def test_official_kubernetes_client_agrees_with_the_fake(fake_k8s: Any, kube: An
         pf.close()
     assert data.startswith(b"HTTP/1.") and b"2.52.1" in data
     rc.delete()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("SKYRL_NB_HYPERPOD_REAL_RAY") != "1",
+                    reason="opt-in (SKYRL_NB_HYPERPOD_REAL_RAY=1): starts a real Ray head, ~20 s idle, "
+                           "minutes and flaky on an overloaded 2-core box")
+def test_real_ray_jobs_api_through_the_tunnel(fake_k8s: Any, kube: Any) -> None:
+    """A real Ray head (token auth, the token KubeRay's Secret holds) behind the fake pod: submit a job,
+    wait for it, read its logs, all through the WebSocket port-forward and the Ray token from the Secret."""
+    pytest.importorskip("ray")
+    import shutil
+    import tempfile
+    import time
+
+    from skyrl_nb.cluster.local import local
+
+    rc = hyperpod("hp", name="real", workers=[("ml.g5.xlarge", 1)], kube=kube)
+    rc.up(timeout=10, poll_s=0.01, progress=None)
+    tmp = Path(tempfile.mkdtemp(prefix="hp-ray-"))  # short: Ray's socket paths must fit 107 chars
+    token_file = tmp / "token"
+    token_file.write_text(fake_k8s.ray_tokens["real"])
+    token_file.chmod(0o600)
+    head = local(num_cpus=1, temp_dir=tmp / "ray", token_path=token_file, timeout=120)
+    try:
+        fake_k8s.port_targets[("*head*", 8265)] = ("127.0.0.1", int(head.address.rsplit(":", 1)[1]))
+        cluster = rc.connect(timeout=5)
+        assert cluster.address != head.address  # really the tunnel
+        assert cluster.ping().startswith("2.")
+        job_id = cluster.client.submit_job(entrypoint="echo hello-from-hyperpod")
+        deadline = time.time() + 90
+        while str(cluster.client.get_job_status(job_id)) not in ("SUCCEEDED", "FAILED", "JobStatus.SUCCEEDED",
+                                                                  "JobStatus.FAILED"):
+            assert time.time() < deadline, "job did not finish through the tunnel"
+            time.sleep(0.5)
+        assert "SUCCEEDED" in str(cluster.client.get_job_status(job_id))
+        assert "hello-from-hyperpod" in cluster.client.get_job_logs(job_id)
+        assert fake_k8s.ws_sessions >= 3
+        cluster.shutdown()
+    finally:
+        head.shutdown()
+        rc.delete()
+        shutil.rmtree(tmp, ignore_errors=True)
