@@ -45,7 +45,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SandboxResult", "run_code", "extract_code", "REASONS"]
+__all__ = ["SandboxResult", "run_code", "extract_code", "score_code", "REASONS"]
 
 REASONS = ("timeout", "memory", "spawn_limit", "network", "error")
 
@@ -153,6 +153,28 @@ def extract_code(completion: str, language: str = "python") -> str:
     if tagged:
         return tagged[-1]
     return blocks[-1][1] if blocks else completion
+
+
+def score_code(
+    completion: str, cases: list[tuple[str, str]], **limits: object
+) -> tuple[float, str | None, list[SandboxResult]]:
+    """A code reward: the share of ``(stdin, expected_stdout)`` cases the completion's code passes.
+
+    The code is :func:`extract_code` of the completion, run once per case with :func:`run_code`
+    (``limits`` are its keyword arguments). Outputs compare after stripping trailing whitespace.
+    Returns ``(reward in [0, 1], the first containment reason or None, the per-case results)``;
+    a case whose run is not ``ok`` scores 0.
+
+    >>> score_code("print(int(input()) * 2)", [("2", "4"), ("5", "10")])[:2]
+    (1.0, None)
+    """
+    if not cases:
+        raise ValueError("score_code needs at least one (stdin, expected_stdout) case")
+    code = extract_code(completion)
+    results = [run_code(code, stdin=stdin, **limits) for stdin, _ in cases]  # type: ignore[arg-type]
+    passed = sum(r.ok and r.stdout.rstrip() == expected.rstrip() for r, (_, expected) in zip(results, cases, strict=True))
+    reason = next((r.reason for r in results if r.reason is not None), None)
+    return passed / len(cases), reason, results
 
 
 class _PidsCgroup:

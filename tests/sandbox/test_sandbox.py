@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
-from skyrl_engine.sandbox import REASONS, extract_code, run_code
+from skyrl_engine.sandbox import REASONS, extract_code, run_code, score_code
 
 
 def _gone(pid: int, wait_s: float = 3.0) -> bool:
@@ -125,3 +125,11 @@ def test_extract_code_prefers_the_last_python_block():
     assert extract_code(completion) == "print(2)\n"
     assert extract_code("```\nx = 1\n```") == "x = 1\n"
     assert extract_code("print(3)") == "print(3)"
+
+
+def test_score_code_counts_passed_cases_and_reports_the_reason():
+    doubling = "Sure:\n```python\nprint(int(input()) * 2)\n```"
+    assert score_code(doubling, [("2", "4\n"), ("5", "10"), ("1", "3")])[:2] == (2 / 3, None)
+    hanging = "```python\nimport time\ntime.sleep(60)\n```"
+    reward, reason, results = score_code(hanging, [("", "")], timeout_s=1.0)
+    assert (reward, reason, results[0].reason) == (0.0, "timeout", "timeout")
