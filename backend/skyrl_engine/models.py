@@ -43,7 +43,7 @@ class TinyModelSpec:
     num_key_value_heads: int = 2
     intermediate_size: int = 384
     max_position_embeddings: int = 256
-    sft_steps: int = 50
+    sft_steps: int = 100
     sft_batch_size: int = 64
     sft_lr: float = 3e-3
     version: int = 1  # bump when the build recipe changes, so caches rebuild
