@@ -202,7 +202,8 @@ def _group_ids(index: Any, batch_size: int) -> tuple[torch.Tensor, int]:
         raise ValueError(f"index must hold one group id per sample: shape {labels.shape}, batch size {batch_size}")
     _, inverse = np.unique(labels, return_inverse=True)
     inverse = inverse.reshape(-1)
-    return torch.from_numpy(inverse.astype(np.int64)), int(inverse.max()) + 1 if batch_size else 0
+    num_groups = int(inverse.max()) + 1 if batch_size else 0
+    return torch.from_numpy(inverse.astype(np.int64)), num_groups
 
 
 def _group_stats(scores_B: torch.Tensor, index: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

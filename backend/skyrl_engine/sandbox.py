@@ -31,7 +31,7 @@ policies produce.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import html
 import os
 import resource
@@ -312,7 +312,7 @@ def run_code(
     isolation = ["rlimits", "audit-hook"] + (["pids-cgroup"] if cgroup.path else [])
     uid = os.getuid()
     nproc_limit = None if uid == 0 else _running_processes_of(uid) + max_processes + 1
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    libc = _libc()
     cpu = max(1, int(cpu_time_s if cpu_time_s is not None else timeout_s + 0.999))
     memory = memory_mb * 1024 * 1024
     file_size = max(max_output_bytes, 1 << 20) * 4
@@ -392,6 +392,12 @@ def _read_clipped(path: Path, limit: int) -> str:
         data = f.read(limit + 1)
     text = data[:limit].decode("utf-8", errors="replace")
     return text + "\n[output truncated]" if len(data) > limit else text
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library already loaded into this process (for ``unshare``)."""
+    return ctypes.CDLL(None, use_errno=True)
 
 
 _NETNS_CACHE: dict[str, bool] = {}
