@@ -243,13 +243,14 @@ class _PidsCgroup:
                 time.sleep(0.02)
 
 
-def _running_processes_of(uid: int) -> int:
+def _tasks_of(uid: int) -> int:
+    """Processes plus threads that ``uid`` runs now: what RLIMIT_NPROC counts."""
     count = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 if entry.stat().st_uid == uid:
-                    count += 1
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
             except OSError:
                 pass
     return count
@@ -311,7 +312,9 @@ def run_code(
     cgroup = _PidsCgroup(max_pids=max_processes + 16)
     isolation = ["rlimits", "audit-hook"] + (["pids-cgroup"] if cgroup.path else [])
     uid = os.getuid()
-    nproc_limit = None if uid == 0 else _running_processes_of(uid) + max_processes + 1
+    nproc_limit = None if uid == 0 else _tasks_of(uid) + max_processes + 16  # root is exempt from NPROC
+    if nproc_limit is not None:
+        isolation.append("rlimit-nproc")
     libc = _libc()
     cpu = max(1, int(cpu_time_s if cpu_time_s is not None else timeout_s + 0.999))
     memory = memory_mb * 1024 * 1024
