@@ -15,9 +15,12 @@ PYTHON="${PYTHON:-python3.11}"
 STAMP="${VENV}/.stamp-skyrl-0.3.0"
 PIP=("${VENV}/bin/python" -m pip install -q --disable-pip-version-check)
 
+mkdir -p "$(dirname "${VENV}")"
+# Two test sessions may ask at once: the second waits for the first build instead of racing it.
+exec 9>"${VENV}.lock"
+flock 9
 if [[ ! -f "${STAMP}" ]]; then
   rm -rf "${VENV}"
-  mkdir -p "$(dirname "${VENV}")"
   "${PYTHON}" -m venv "${VENV}"
   "${PIP[@]}" torch==2.13.0
   "${PIP[@]}" torch==2.13.0 skyrl==0.3.0 omegaconf skyrl-gym==0.4.0 loguru jaxtyping ray==2.56.0 \
