@@ -27,6 +27,7 @@ masked sum by the same normaliser; the numbers are equal (tests/algorithms/test_
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 from typing import Any
 
@@ -630,6 +631,9 @@ class FixedKLController:
     def __repr__(self) -> str:
         return f"FixedKLController(value={self.value:g})"
 
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
+
 
 class AdaptiveKLController:
     """Adaptive KL coefficient of Ziegler et al. (arXiv:1909.08593), ``kl_ctrl.type = adaptive``.
@@ -651,6 +655,9 @@ class AdaptiveKLController:
 
     def __repr__(self) -> str:
         return f"AdaptiveKLController(value={self.value:g}, target={self.target:g}, horizon={self.horizon})"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
 
 
 def get_kl_controller(config: Any) -> FixedKLController | AdaptiveKLController:
