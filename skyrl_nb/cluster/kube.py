@@ -377,9 +377,14 @@ class PortForward:
         """``http://127.0.0.1:<local_port>``."""
         return f"http://127.0.0.1:{self.local_port}"
 
+    @property
+    def path(self) -> str:
+        """The API server path of the portforward subresource."""
+        return f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}/portforward?ports={self.port}"
+
     def _ws_url(self) -> str:
         base = self.kube.server.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
-        return f"{base}/api/v1/namespaces/{self.namespace}/pods/{self.pod}/portforward?ports={self.port}"
+        return base + self.path
 
     def _open_ws(self) -> Any:
         import websocket
@@ -394,8 +399,7 @@ class PortForward:
                 sslopt=sslopt, timeout=self.kube.timeout, enable_multithread=True,
             )
         except websocket.WebSocketBadStatusException as e:
-            raise self.kube._error("GET", self._ws_url().split("://", 1)[1].split("/", 1)[1], e.status_code,
-                                   e.resp_body or b"") from None
+            raise self.kube._error("GET", self.path, e.status_code, e.resp_body or b"") from None
         # The server announces the port on the data and the error channel before any data.
         for _ in range(2):
             opcode, frame = ws.recv_data()
