@@ -703,7 +703,15 @@ class HyperPodRayCluster:
             self.kube.create(self.paths.rayclusters(), self.manifest())
             log.info("created RayCluster %s/%s", self.namespace, self.name)
         except KubeConflict:
-            log.info("RayCluster %s/%s exists already; reusing it", self.namespace, self.name)
+            existing = {g["groupName"]: (g.get("replicas"), g["template"]["spec"].get("nodeSelector", {}).get(
+                INSTANCE_TYPE_LABEL)) for g in self.raw()["spec"].get("workerGroupSpecs", [])}
+            wanted = {w.name: (w.replicas, w.instance_type) for w in self.workers}
+            if existing != wanted:
+                log.warning("RayCluster %s/%s exists with other worker groups %s (asked for %s); reusing it "
+                            "unchanged: scale() it, or delete() and up() again", self.namespace, self.name,
+                            existing, wanted)
+            else:
+                log.info("RayCluster %s/%s exists already; reusing it", self.namespace, self.name)
         return self.wait_ready(timeout=timeout, poll_s=poll_s, progress=progress) if wait else self.status()
 
     def raw(self) -> dict[str, Any]:
@@ -771,6 +779,14 @@ class HyperPodRayCluster:
                 w.replicas = replicas
                 w.max_replicas = max(w.max_replicas or 0, replicas)
         return self.status()
+
+    def resize_nodes(self, instance_group: str, count: int) -> str:
+        """Change the HyperPod instance group's node count (``sagemaker.update_cluster``), e.g. before
+        scaling a worker group past the healthy nodes. Returns the cluster ARN; nodes join over minutes."""
+        arn = resize_instance_group(self.hyperpod_cluster, instance_group, count, region=self.region,
+                                    session=self.session)
+        self._info = None
+        return arn
 
     def delete(self, wait: bool = False, timeout: float = 300.0, poll_s: float = 2.0) -> None:
         """Close tunnels and delete the RayCluster (KubeRay removes its pods, service and secret)."""

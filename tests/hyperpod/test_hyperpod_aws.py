@@ -145,6 +145,19 @@ def test_stubbed_update_cluster_resizes_an_instance_group(boto_session: Any) -> 
             resize_instance_group("hp", "cpu", 1, region=REGION, session=_SessionWith(boto_session, sagemaker=sm))
 
 
+def test_resize_nodes_from_the_cluster_object(boto_session: Any) -> None:
+    sm = boto_session.client("sagemaker", region_name=REGION)
+    rc = HyperPodRayCluster("hp", region=REGION, session=_SessionWith(boto_session, sagemaker=sm))
+    with Stubber(sm) as stub:
+        stub.add_response("describe_cluster", _describe(), {"ClusterName": "hp"})
+        stub.add_response("update_cluster", {"ClusterArn": HP_ARN}, {
+            "ClusterName": "hp",
+            "InstanceGroups": [{"InstanceGroupName": "controller", "InstanceCount": 2, "InstanceType": "ml.m5.2xlarge",
+                                "ExecutionRole": ROLE, "LifeCycleConfig": LIFECYCLE, "ThreadsPerCore": 1}]})
+        assert rc.resize_nodes("controller", 2) == HP_ARN
+        stub.assert_no_pending_responses()
+
+
 def test_stubber_rejects_a_malformed_update() -> None:
     """Control: Stubber really validates against the model (a missing ExecutionRole is refused)."""
     import boto3

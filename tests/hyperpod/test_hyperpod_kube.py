@@ -62,11 +62,15 @@ def test_create_wait_status_scale_delete(fake_k8s: Any, kube: KubeClient, crd_sc
     assert ("POST", "rayclusters") in methods and ("PATCH", "rl") in methods and ("DELETE", "rl") in methods
 
 
-def test_up_twice_reuses_the_cluster(fake_k8s: Any, kube: KubeClient) -> None:
+def test_up_twice_reuses_the_cluster(fake_k8s: Any, kube: KubeClient, caplog: pytest.LogCaptureFixture) -> None:
     rc = _rc(kube)
     rc.up(timeout=10, poll_s=0.01, progress=None)
     assert rc.up(timeout=10, poll_s=0.01, progress=None).ready
     assert len([k for k in fake_k8s.objects if k[0] == "rayclusters"]) == 1
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    other = _rc(kube, workers=[WorkerGroup("ml.g5.12xlarge", 5, name="gpu")])
+    other.up(timeout=10, poll_s=0.01, progress=None)
+    assert any("exists with other worker groups" in r.getMessage() for r in caplog.records)
 
 
 def test_never_ready_times_out_naming_the_stuck_condition(fake_k8s: Any, kube: KubeClient) -> None:
