@@ -335,7 +335,7 @@ class HyperPodInfo:
         }
 
     def __repr__(self) -> str:
-        groups = ", ".join(f"{g.get('InstanceGroupName')}={g.get('InstanceType')}x{g.get('CurrentCount')}"
+        groups = ", ".join(f"{g.get('InstanceGroupName')}: {g.get('CurrentCount')} x {g.get('InstanceType')}"
                            for g in self.instance_groups)
         return (f"HyperPodInfo({self.name!r}, {self.status}, eks={self.eks_cluster_name!r}, "
                 f"groups=[{groups}], healthy_nodes={self.healthy_nodes()}/{len(self.nodes)})")
@@ -914,7 +914,7 @@ class HyperPodRayCluster:
         )
 
     def __repr__(self) -> str:
-        groups = ", ".join(f"{w.name}:{w.instance_type}x{w.replicas}" for w in self.workers)
+        groups = ", ".join(f"{w.name}: {w.replicas} x {w.instance_type}" for w in self.workers)
         return (f"HyperPodRayCluster({self.namespace}/{self.name} on HyperPod {self.hyperpod_cluster!r}, "
                 f"workers=[{groups}], auth={'token' if self.auth else 'disabled'})")
 
