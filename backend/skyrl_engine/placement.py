@@ -1,0 +1,337 @@
+"""Where the trainer and the generator engines run: Ray placement groups with SkyRL's accounting.
+
+SkyRL counts devices ("slots"): the policy takes ``policy_num_nodes * policy_num_gpus_per_node`` and
+the engines take ``num_engines * tensor_parallel_size``.
+
+- ``colocate_all=true``: one placement group of ``num_engines * tensor_parallel_size`` one-slot
+  bundles; the policy must use exactly as many slots, and trainer and engine share each bundle,
+  taking turns (the engine sleeps while the trainer trains, where the backend supports it).
+- ``colocate_all=false`` (disaggregated): the policy gets one bundle of
+  ``policy_num_gpus_per_node`` slots per node, the engines get their own one-slot bundles in a second
+  placement group; the two sides run at the same time in separate processes.
+
+On a GPU cluster a slot is ``{"GPU": 1, "CPU": 1}``; on a CPU-only cluster a slot is one CPU core,
+so "disaggregated" means separate processes, each with its own CPU bundle.
+
+    plan = plan_placement(cfg)                 # pure arithmetic, no Ray
+    plan.problems(cluster_resources())         # [] when it can exist on this cluster
+    placement = Placement.create(plan)         # raises PlacementError (one line) when it cannot
+    Trainer.options(**placement.policy_options(0)).remote(...)
+    Engine.options(**placement.engine_options(i)).remote(...)
+    placement.remove()
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ClusterResources",
+    "Placement",
+    "PlacementError",
+    "PlacementPlan",
+    "cluster_resources",
+    "plan_placement",
+]
+
+# Config keys read by plan_placement, with SkyRL's defaults (used when the config does not have them).
+PLACEMENT_DEFAULTS: dict[str, Any] = {
+    "trainer.placement.colocate_all": True,
+    "trainer.placement.policy_num_nodes": 1,
+    "trainer.placement.policy_num_gpus_per_node": 1,
+    "generator.inference_engine.num_engines": 1,
+    "generator.inference_engine.tensor_parallel_size": 1,
+}
+
+# Share of a colocated bundle each side asks for, so both fit in the same bundle (SkyRL uses
+# fractional GPUs the same way: 0.2 for the trainer workers, the rest for the engine).
+_COLOCATED_POLICY_SHARE = 0.5
+_COLOCATED_ENGINE_SHARE = 0.5
+
+
+class PlacementError(RuntimeError):
+    """The placement asked for cannot exist (or cannot be had) on this cluster; the message is one line."""
+
+
+@dataclass(frozen=True)
+class ClusterResources:
+    """What a Ray cluster has: totals and, per alive node, its own totals."""
+
+    total: dict[str, float]
+    nodes: list[dict[str, float]] = field(default_factory=list)
+
+    def largest_node(self, resource: str) -> float:
+        """The most of ``resource`` that any single node has."""
+        return max((n.get(resource, 0.0) for n in self.nodes), default=self.total.get(resource, 0.0))
+
+
+def cluster_resources() -> ClusterResources:
+    """Read the connected Ray cluster's resources (``ray.init`` must have run)."""
+    import ray
+
+    nodes = [
+        {k: float(v) for k, v in n.get("Resources", {}).items()} for n in ray.nodes() if n.get("Alive", False)
+    ]
+    return ClusterResources(total={k: float(v) for k, v in ray.cluster_resources().items()}, nodes=nodes)
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    """How many bundles of what each side gets; built by :func:`plan_placement`, checked before use."""
+
+    colocate_all: bool
+    device: str  # "GPU" or "CPU": what one slot is
+    policy_num_nodes: int
+    policy_num_gpus_per_node: int
+    num_engines: int
+    tensor_parallel_size: int
+
+    @property
+    def policy_slots(self) -> int:
+        """Devices (or CPU cores) the policy uses: nodes × per node."""
+        return self.policy_num_nodes * self.policy_num_gpus_per_node
+
+    @property
+    def engine_slots(self) -> int:
+        """Devices (or CPU cores) the engines use: engines × tensor parallel size."""
+        return self.num_engines * self.tensor_parallel_size
+
+    def _slot(self, n: int = 1) -> dict[str, float]:
+        return {"GPU": float(n), "CPU": float(n)} if self.device == "GPU" else {"CPU": float(n)}
+
+    @property
+    def policy_bundles(self) -> list[dict[str, float]]:
+        """Bundles of the policy's placement group (empty when colocated: it shares the engines')."""
+        if self.colocate_all:
+            return []
+        return [self._slot(self.policy_num_gpus_per_node) for _ in range(self.policy_num_nodes)]
+
+    @property
+    def engine_bundles(self) -> list[dict[str, float]]:
+        """One one-slot bundle per engine device; engine i owns bundles i*tp … i*tp+tp-1."""
+        return [self._slot(1) for _ in range(self.engine_slots)]
+
+    def total(self) -> dict[str, float]:
+        """Resources the whole placement reserves."""
+        out: dict[str, float] = {}
+        for bundle in self.policy_bundles + self.engine_bundles:
+            for k, v in bundle.items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def config_problems(self) -> list[str]:
+        """Problems visible from the config alone (no cluster needed), one line each."""
+        problems = []
+        for key, value in (
+            ("trainer.placement.policy_num_nodes", self.policy_num_nodes),
+            ("trainer.placement.policy_num_gpus_per_node", self.policy_num_gpus_per_node),
+            ("generator.inference_engine.num_engines", self.num_engines),
+            ("generator.inference_engine.tensor_parallel_size", self.tensor_parallel_size),
+        ):
+            if value < 1:
+                problems.append(f"{key}: {value} must be at least 1")
+        if self.colocate_all and self.policy_slots != self.engine_slots:
+            problems.append(
+                "trainer.placement.colocate_all: the policy uses policy_num_nodes × policy_num_gpus_per_node = "
+                f"{self.policy_num_nodes} × {self.policy_num_gpus_per_node} = {self.policy_slots} "
+                f"{self._unit()} but the engines use num_engines × tensor_parallel_size = "
+                f"{self.num_engines} × {self.tensor_parallel_size} = {self.engine_slots}; they must be equal "
+                "when colocating (or set trainer.placement.colocate_all=false)"
+            )
+        return problems
+
+    def problems(self, cluster: ClusterResources) -> list[str]:
+        """Why this placement cannot exist on ``cluster``, one line each; [] when it can."""
+        problems = self.config_problems()
+        if problems:
+            return problems
+        need = self.total()
+        for resource in ("GPU", "CPU"):
+            want = need.get(resource, 0.0)
+            have = cluster.total.get(resource, 0.0)
+            if want > have:
+                problems.append(
+                    f"trainer.placement: {self.describe()} needs {_fmt(want)} {resource} but the cluster has "
+                    f"{_fmt(have)} {resource} in all"
+                )
+        if not problems:
+            for bundle in self.policy_bundles:
+                for resource, want in bundle.items():
+                    if want > cluster.largest_node(resource):
+                        problems.append(
+                            f"trainer.placement.policy_num_gpus_per_node: one policy node needs {_fmt(want)} "
+                            f"{resource} but the largest node has {_fmt(cluster.largest_node(resource))}"
+                        )
+                break
+        return problems
+
+    def describe(self) -> str:
+        """One line: which sides get how many of what."""
+        unit = self._unit()
+        if self.colocate_all:
+            return (
+                f"colocated: {self.engine_slots} shared {unit} bundle(s) for "
+                f"{self.num_engines} engine(s) × tp {self.tensor_parallel_size} and the policy"
+            )
+        return (
+            f"disaggregated: policy {self.policy_num_nodes} node(s) × {self.policy_num_gpus_per_node} {unit} "
+            f"+ {self.num_engines} engine(s) × tp {self.tensor_parallel_size} {unit}"
+        )
+
+    def _unit(self) -> str:
+        return "GPU" if self.device == "GPU" else "CPU"
+
+    def __repr__(self) -> str:
+        return f"PlacementPlan({self.describe()}; reserves {_fmt_resources(self.total())})"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
+
+
+def _get(cfg: Any, key: str) -> Any:
+    """Read a dotted key from a JobConfig (``.get``), a flat dotted mapping or a nested mapping."""
+    if cfg is None:
+        return PLACEMENT_DEFAULTS[key]
+    if isinstance(cfg, Mapping):
+        if key in cfg:
+            return cfg[key]
+        node: Any = cfg
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return PLACEMENT_DEFAULTS[key]
+            node = node[part]
+        return node
+    try:
+        value = cfg.get(key)
+    except (AttributeError, KeyError, ValueError):
+        return PLACEMENT_DEFAULTS[key]
+    return PLACEMENT_DEFAULTS[key] if value is None else value
+
+
+def plan_placement(cfg: Any = None, *, device: str | None = None, **overrides: Any) -> PlacementPlan:
+    """Build the plan from a config (JobConfig, dotted dict or nested dict); keys it lacks take SkyRL defaults.
+
+    ``device`` is "GPU" or "CPU"; None picks GPU when the connected Ray cluster has any, else CPU.
+    Keyword overrides use the last part of the key: ``plan_placement(cfg, colocate_all=False)``.
+
+    >>> plan_placement({"trainer.placement.colocate_all": False}, device="CPU").total()
+    {'CPU': 2.0}
+    """
+    values = {key.rsplit(".", 1)[1]: _get(cfg, key) for key in PLACEMENT_DEFAULTS}
+    values.update(overrides)
+    if device is None:
+        device = "GPU" if cluster_resources().total.get("GPU", 0.0) > 0 else "CPU"
+    device = device.upper()
+    if device not in ("GPU", "CPU"):
+        raise ValueError(f"device: {device!r} is not allowed; allowed: GPU, CPU")
+    return PlacementPlan(
+        colocate_all=bool(values["colocate_all"]),
+        device=device,
+        policy_num_nodes=int(values["policy_num_nodes"]),
+        policy_num_gpus_per_node=int(values["policy_num_gpus_per_node"]),
+        num_engines=int(values["num_engines"]),
+        tensor_parallel_size=int(values["tensor_parallel_size"]),
+    )
+
+
+class Placement:
+    """The placement groups of a plan, reserved on the connected Ray cluster."""
+
+    def __init__(self, plan: PlacementPlan, engine_group: Any, policy_group: Any | None) -> None:
+        self.plan = plan
+        self.engine_group = engine_group
+        self.policy_group = policy_group
+
+    @classmethod
+    def create(cls, plan: PlacementPlan, timeout_s: float = 60.0) -> Placement:
+        """Reserve the bundles; raise :class:`PlacementError` (one line) if they cannot exist or be had in time."""
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        problems = plan.problems(cluster_resources())
+        if problems:
+            raise PlacementError("; ".join(problems))
+        engine_group = placement_group(plan.engine_bundles, strategy="PACK")
+        policy_group = placement_group(plan.policy_bundles, strategy="PACK") if plan.policy_bundles else None
+        groups = [g for g in (engine_group, policy_group) if g is not None]
+        try:
+            ray.get([g.ready() for g in groups], timeout=timeout_s)
+        except Exception as exc:  # GetTimeoutError: the resources exist but others hold them
+            for g in groups:
+                remove_placement_group(g)
+            available = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+            raise PlacementError(
+                f"trainer.placement: {plan.describe()} was not granted within {timeout_s:g} s "
+                f"(reserves {_fmt_resources(plan.total())}; free now: {_fmt_resources(available)}); "
+                f"other actors or placement groups hold the resources ({type(exc).__name__})"
+            ) from None
+        return cls(plan, engine_group, policy_group)
+
+    def _strategy(self, group: Any, bundle_index: int) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(
+            placement_group=group,
+            placement_group_bundle_index=bundle_index,
+            placement_group_capture_child_tasks=True,
+        )
+
+    def policy_options(self, rank: int = 0) -> dict[str, Any]:
+        """``ray.remote(...).options(**this)`` for policy worker ``rank`` (one per policy node)."""
+        plan = self.plan
+        if plan.colocate_all:
+            share = _COLOCATED_POLICY_SHARE
+            return {**self._resources(share), "scheduling_strategy": self._strategy(self.engine_group, rank)}
+        if not 0 <= rank < plan.policy_num_nodes:
+            raise IndexError(f"rank {rank} out of range: the plan has {plan.policy_num_nodes} policy node(s)")
+        return {
+            **self._resources(plan.policy_num_gpus_per_node),
+            "scheduling_strategy": self._strategy(self.policy_group, rank),
+        }
+
+    def engine_options(self, engine_index: int) -> dict[str, Any]:
+        """``ray.remote(...).options(**this)`` for engine ``engine_index`` (sits on its first bundle)."""
+        plan = self.plan
+        if not 0 <= engine_index < plan.num_engines:
+            raise IndexError(f"engine {engine_index} out of range: the plan has {plan.num_engines} engine(s)")
+        share = _COLOCATED_ENGINE_SHARE if plan.colocate_all else 1.0
+        bundle = engine_index * plan.tensor_parallel_size
+        return {**self._resources(share), "scheduling_strategy": self._strategy(self.engine_group, bundle)}
+
+    def _resources(self, amount: float) -> dict[str, float]:
+        if self.plan.device == "GPU":
+            return {"num_gpus": float(amount), "num_cpus": float(amount)}
+        return {"num_cpus": float(amount)}
+
+    def remove(self) -> None:
+        """Give the bundles back to the cluster (actors in them must be gone first)."""
+        from ray.util.placement_group import remove_placement_group
+
+        for g in (self.engine_group, self.policy_group):
+            if g is not None:
+                remove_placement_group(g)
+        self.engine_group = self.policy_group = None
+
+    def __enter__(self) -> Placement:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        state = "reserved" if self.engine_group is not None else "removed"
+        return f"Placement({self.plan.describe()}; {state})"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def _fmt_resources(resources: Mapping[str, float]) -> str:
+    return ", ".join(f"{_fmt(v)} {k}" for k, v in sorted(resources.items())) or "nothing"

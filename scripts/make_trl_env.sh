@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Build (or reuse) the isolated TRL environment that bench/vs_trl.py runs TRL's GRPOTrainer in.
+# It never touches the project's .venv.
+#
+#   scripts/make_trl_env.sh              # prints the env's python path on its last line
+#   SKYRL_TRL_VENV=/some/dir scripts/make_trl_env.sh
+#
+# Recipe measured in ../shared/MACHINE-NOTES.md: trl installs beside the local CPU torch 2.13.0
+# (pinned first: a bare torch pulls a multi-GB CUDA build) and runs GRPOTrainer with use_cpu=True.
+# A stamp file marks a finished build, so a half-built env is redone.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SKYRL_TRL_VENV:-${HOME}/.cache/skyrl-nb/trl-venv}"
+PYTHON="${PYTHON:-python3.11}"
+STAMP="${VENV}/.stamp-trl"
+PIP=("${VENV}/bin/python" -m pip install -q --disable-pip-version-check)
+
+if [[ ! -f "${STAMP}" ]]; then
+  start=$(date +%s)
+  rm -rf "${VENV}"
+  mkdir -p "$(dirname "${VENV}")"
+  "${PYTHON}" -m venv "${VENV}"
+  "${PIP[@]}" torch==2.13.0
+  "${PIP[@]}" torch==2.13.0 trl transformers datasets accelerate tokenizers safetensors
+  "${VENV}/bin/python" -c "import trl, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+  touch "${STAMP}"
+  echo "built ${VENV} in $(( $(date +%s) - start )) s" >&2
+fi
+ln -sfn "${VENV}" "${ROOT}/.venv-trl" 2>/dev/null || true
+echo "${VENV}/bin/python"

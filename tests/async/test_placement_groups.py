@@ -1,0 +1,99 @@
+"""Placement plans (pure arithmetic) and real placement groups on a private local Ray cluster."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from skyrl_engine.placement import ClusterResources, Placement, PlacementError, plan_placement
+
+ONE_NODE_3CPU = ClusterResources(total={"CPU": 3.0}, nodes=[{"CPU": 3.0}])
+
+
+def test_disaggregated_cpu_accounting() -> None:
+    plan = plan_placement(
+        {"trainer.placement.colocate_all": False, "generator.inference_engine.num_engines": 2}, device="CPU"
+    )
+    assert plan.policy_bundles == [{"CPU": 1.0}]
+    assert plan.engine_bundles == [{"CPU": 1.0}, {"CPU": 1.0}]
+    assert plan.total() == {"CPU": 3.0}
+    assert plan.problems(ONE_NODE_3CPU) == []
+    assert "disaggregated" in repr(plan) and "<code>" in plan._repr_html_()
+
+
+def test_gpu_accounting_matches_skyrl() -> None:
+    nested = {
+        "trainer": {"placement": {"colocate_all": False, "policy_num_gpus_per_node": 4, "policy_num_nodes": 2}},
+        "generator": {"inference_engine": {"num_engines": 2, "tensor_parallel_size": 2}},
+    }
+    plan = plan_placement(nested, device="GPU")
+    assert plan.policy_bundles == [{"GPU": 4.0, "CPU": 4.0}] * 2
+    assert plan.engine_bundles == [{"GPU": 1.0, "CPU": 1.0}] * 4
+    assert plan.total() == {"GPU": 12.0, "CPU": 12.0}
+    big = ClusterResources(total={"GPU": 16.0, "CPU": 64.0}, nodes=[{"GPU": 8.0, "CPU": 32.0}] * 2)
+    assert plan.problems(big) == []
+    small_nodes = ClusterResources(total={"GPU": 12.0, "CPU": 64.0}, nodes=[{"GPU": 3.0, "CPU": 16.0}] * 4)
+    [problem] = plan.problems(small_nodes)
+    assert problem.startswith("trainer.placement.policy_num_gpus_per_node:") and "largest node has 3" in problem
+
+
+def test_colocated_needs_equal_slots() -> None:
+    plan = plan_placement({"trainer.placement.policy_num_gpus_per_node": 2}, device="GPU")
+    [problem] = plan.config_problems()
+    assert problem.startswith("trainer.placement.colocate_all:")
+    assert "= 2 GPU" in problem and "= 1" in problem
+    ok = plan_placement({}, device="CPU", policy_num_gpus_per_node=2, num_engines=2)
+    assert ok.config_problems() == [] and ok.policy_bundles == [] and ok.total() == {"CPU": 2.0}
+
+
+def test_no_gpu_on_cluster_is_one_line() -> None:
+    plan = plan_placement({}, device="GPU")
+    [problem] = plan.problems(ONE_NODE_3CPU)
+    assert "needs 1 GPU but the cluster has 0 GPU" in problem and "\n" not in problem
+
+
+@pytest.mark.slow
+def test_real_placement_groups(ray_cluster) -> None:
+    ray = ray_cluster
+
+    @ray.remote
+    class Where:
+        def pid(self) -> int:
+            return os.getpid()
+
+    plan = plan_placement({"trainer.placement.colocate_all": False, "generator.inference_engine.num_engines": 2})
+    assert plan.device == "CPU"  # read from the cluster: it has no GPU
+    with Placement.create(plan, timeout_s=30) as placement:
+        assert "reserved" in repr(placement)
+        trainer = Where.options(**placement.policy_options(0)).remote()
+        engines = [Where.options(**placement.engine_options(i)).remote() for i in range(2)]
+        pids = ray.get([trainer.pid.remote()] + [e.pid.remote() for e in engines])
+        assert len(set(pids)) == 3  # disaggregated: three processes, each on its own CPU bundle
+        # Everything is reserved: a second, identical placement cannot be granted.
+        with pytest.raises(PlacementError, match="was not granted within 1 s"):
+            Placement.create(plan, timeout_s=1)
+        for actor in [trainer, *engines]:
+            ray.kill(actor)
+    assert ray.available_resources().get("CPU", 0) == pytest.approx(3.0, abs=0.01)
+
+    colocated = plan_placement({"generator.inference_engine.num_engines": 2, "trainer.placement.policy_num_gpus_per_node": 2})
+    with Placement.create(colocated, timeout_s=30) as placement:
+        trainer = Where.options(**placement.policy_options(0)).remote()
+        engine = Where.options(**placement.engine_options(0)).remote()
+        assert len(set(ray.get([trainer.pid.remote(), engine.pid.remote()]))) == 2
+        ray.kill(trainer)
+        ray.kill(engine)
+
+
+@pytest.mark.slow
+def test_impossible_placement_fails_fast_in_one_line(ray_cluster) -> None:
+    plan = plan_placement({"trainer.placement.colocate_all": False, "generator.inference_engine.num_engines": 3})
+    with pytest.raises(PlacementError) as err:
+        Placement.create(plan, timeout_s=30)
+    message = str(err.value)
+    assert message == (
+        "trainer.placement: disaggregated: policy 1 node(s) × 1 CPU + 3 engine(s) × tp 1 CPU needs 4 CPU "
+        "but the cluster has 3 CPU in all"
+    )
+    with pytest.raises(PlacementError, match="needs 1 GPU but the cluster has 0 GPU"):
+        Placement.create(plan_placement({}, device="GPU"))

