@@ -70,10 +70,16 @@ def fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def debug_log_file() -> Any:
-    """Everything skyrl_nb logs at DEBUG goes to a file the secret scan reads."""
+@pytest.fixture(scope="session")
+def _fresh_log_file() -> Path:
     LOG_FILE.unlink(missing_ok=True)
+    return LOG_FILE
+
+
+@pytest.fixture(autouse=True)
+def debug_log_file(_fresh_log_file: Path) -> Any:
+    """During each hyperpod test, everything skyrl_nb logs at DEBUG is appended to a file the secret
+    scan reads (per test, so other test directories keep their logging untouched)."""
     handler = logging.FileHandler(LOG_FILE)
     handler.setLevel(logging.DEBUG)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
