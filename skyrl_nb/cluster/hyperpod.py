@@ -835,7 +835,8 @@ class HyperPodRayCluster:
 
     def forward(self, port: int = DASHBOARD_PORT, local_port: int = 0) -> PortForward:
         """Forward a local port to ``port`` on the head pod through the API server."""
-        pf = PortForward(self.kube, self.namespace, self.head_pod(), port, local_port=local_port)
+        pf = PortForward(self.kube, self.namespace, self.head_pod(), port, local_port=local_port,
+                         find_pod=self.head_pod)
         self._forwards.append(pf)
         return pf
 

@@ -354,13 +354,18 @@ class PortForward:
     ``/api/v1/namespaces/{ns}/pods/{pod}/portforward?ports={port}``. On that socket every binary
     message starts with a channel byte: 0 carries data, 1 errors; the first message on each channel
     is the port number (2 bytes, little endian). Close with :meth:`close` (or use as a context manager).
+
+    ``find_pod`` (optional) names the pod again when the current one is gone (404), e.g. after HyperPod
+    replaced a node and KubeRay recreated the head under a new name: the next connection follows it.
     """
 
-    def __init__(self, kube: KubeClient, namespace: str, pod: str, port: int, *, local_port: int = 0):
+    def __init__(self, kube: KubeClient, namespace: str, pod: str, port: int, *, local_port: int = 0,
+                 find_pod: Callable[[], str] | None = None):
         self.kube = kube
         self.namespace = namespace
         self.pod = pod
         self.port = port
+        self._find_pod = find_pod
         self._listener = socket.create_server(("127.0.0.1", local_port))
         self.local_port: int = self._listener.getsockname()[1]
         self._closed = threading.Event()
@@ -418,7 +423,14 @@ class PortForward:
     def _serve(self, conn: socket.socket) -> None:
         self.connections += 1
         try:
-            ws = self._open_ws()
+            try:
+                ws = self._open_ws()
+            except KubeNotFound:
+                if self._find_pod is None:
+                    raise
+                old, self.pod = self.pod, self._find_pod()
+                log.info("pod %s is gone; port-forward follows %s", old, self.pod)
+                ws = self._open_ws()
         except Exception as e:  # reported to the caller through .errors, the TCP peer sees a close
             self.errors.append(str(e))
             log.warning("port-forward to %s:%d failed: %s", self.pod, self.port, e)

@@ -150,6 +150,13 @@ def test_port_forward_connect_and_token(fake_k8s: Any, kube: KubeClient) -> None
         assert fake_k8s.ray_tokens["rl"] not in cluster._repr_html_()
         assert cluster.dashboard_url == cluster.address  # outside Studio the link is the local address
         assert repr(cluster).startswith("HyperPodCluster(name='rl'") and "auth=token" in repr(cluster)
+        # HyperPod replaces a node: KubeRay recreates the head under a new name; the tunnel follows it.
+        old_head = rc.head_pod()
+        del fake_k8s.objects[("pods", "team-a", old_head)]
+        for _ in range(5):
+            rc.status()  # each read is one operator reconcile
+        assert rc.head_pod() != old_head
+        assert cluster.ping() == "2.52.1" and pf.pod != old_head
         cluster.shutdown()  # closes the tunnel, keeps the RayCluster
         assert not pf.is_open and ("rayclusters", "team-a", "rl") in fake_k8s.objects
         rc.delete()
