@@ -7,7 +7,7 @@ owns a copy of the policy for sampling; the trainer pushes new weights after eve
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,6 +29,15 @@ class GeneratorOutput:
     data_sources: list[str]
     env_metrics: list[dict[str, Any]]
     group_size: int
+    # Optional, filled by the multi-turn loop (multiturn.py) and the DAPO wrapper (dapo.py):
+    loss_mask_BT: Any = None
+    """Response tokens that carry loss (None: the response mask): masks env turns and filtered samples."""
+    sample_columns: list[dict[str, Any]] | None = None
+    """Extra run-store columns per sample (``turns``, ``discarded_reason``), merged into its row."""
+    discarded: GeneratorOutput | None = None
+    """Samples dropped before training (``sample_columns`` carry ``discarded_reason``); stored, not trained."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Generator-side step metrics (``dynamic_sampling/*``, ``generate/avg_num_turns``, ...)."""
 
 
 def step_seed(seed: int, step: int, stream: int = 0) -> int:

@@ -114,7 +114,7 @@ def build_train_batch(out: GeneratorOutput, algo_cfg: Any) -> tuple[TrainBatch, 
     batch = TrainBatch(
         sequences_BL=torch.cat([s.prompt_ids_BP, s.response_ids_BT], dim=1),
         attention_mask_BL=torch.cat([s.prompt_mask_BP, s.response_mask_BT], dim=1),
-        response_mask_BT=s.response_mask_BT,
+        response_mask_BT=s.response_mask_BT if out.loss_mask_BT is None else out.loss_mask_BT,  # the loss mask
         advantages_BT=advantages_BT.float(),
         rollout_logprobs_BT=s.logprobs_BT,
         group_size=out.group_size,
@@ -140,7 +140,7 @@ def reward_metrics(out: GeneratorOutput) -> dict[str, float]:
         "generate/max_num_tokens": float(max(lengths)),
         "generate/min_num_tokens": float(min(lengths)),
         "generate/stop_ratio": sum(1.0 for f in out.samples.finish_reasons if f == "stop") / len(lengths),
-    }
+    } | out.metrics
 
 
 def trajectory_rows(step: int, out: GeneratorOutput, advantages_BT, store_token_data: bool) -> list[dict[str, Any]]:
@@ -168,7 +168,11 @@ def trajectory_rows(step: int, out: GeneratorOutput, advantages_BT, store_token_
             row["token_ids"] = s.response_ids_BT[b, :length].tolist()
             row["token_logprobs"] = [float(x) for x in s.logprobs_BT[b, :length].tolist()]
             row["token_advantages"] = [float(x) for x in advantages_BT[b, :length].tolist()]
+        if out.sample_columns is not None:
+            row.update(out.sample_columns[b])
         rows.append(row)
+    if out.discarded is not None:  # dropped samples are stored too, with their discarded_reason
+        rows.extend(trajectory_rows(step, out.discarded, out.discarded.samples.logprobs_BT * 0, store_token_data))
     return rows
 
 
@@ -176,6 +180,7 @@ class RLTrainer:
     """The driver. ``RLTrainer(cfg, writer, workers, train_rows, val_rows, model_path).train()``."""
 
     def __init__(self, cfg: Any, writer: Any, workers: Workers, train_rows: list[PromptRow], val_rows: list[PromptRow]):
+        from skyrl_engine import dapo
         from skyrl_engine.sampler import SamplingParams
         from skyrl_engine.tasks import PromptLoader
 
@@ -184,7 +189,7 @@ class RLTrainer:
             raise ValueError(UNSUPPORTED[t.algorithm.advantage_estimator])
         self.cfg = cfg
         self.writer = writer
-        self.workers = workers
+        self.workers = dapo.wrap_workers(workers, cfg, train_rows)  # DAPO's sampling, when configured
         self.val_rows = val_rows
         self.loader = PromptLoader(train_rows, t.train_batch_size, t.seed)
         self.total_steps = int(cfg.total_steps(len(train_rows)))
