@@ -93,13 +93,25 @@ def debug_log_file(_fresh_log_file: Path) -> Any:
     handler.close()
 
 
+@pytest.fixture(scope="session")
+def _botocore_loader() -> Any:
+    """One data loader for every test's session: the SageMaker service model takes seconds to parse."""
+    import botocore.loaders
+
+    return botocore.loaders.create_loader()
+
+
 @pytest.fixture
-def boto_session() -> Any:
+def boto_session(_botocore_loader: Any) -> Any:
+    """A fresh boto3 session with the fake credentials (sharing the parsed service models)."""
     import boto3
+    import botocore.session
     import moto  # noqa: F401  (moto hooks botocore sessions made after it is imported)
 
+    core = botocore.session.Session()
+    core.register_component("data_loader", _botocore_loader)
     return boto3.Session(aws_access_key_id=FAKE_ACCESS_KEY, aws_secret_access_key=FAKE_SECRET_KEY,
-                         region_name=REGION)
+                         region_name=REGION, botocore_session=core)
 
 
 @pytest.fixture
