@@ -71,9 +71,8 @@ def train(source: str, overrides: list[str]) -> int:
     if cfg.run.run_id is None:
         cfg = cfg.with_overrides([f"run.run_id=run-{time.strftime('%Y%m%d-%H%M%S')}"])
 
-    from skyrl_nb.runs import RunWriter
-
     from skyrl_engine.trainer import StopRequested
+    from skyrl_nb.runs import RunWriter
 
     writer = RunWriter(cfg.run_dir)
     writer.write_config(cfg)
@@ -114,9 +113,9 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     """Data, model, Ray, actors, trainer — in that order; each lands in ``held`` once it exists."""
     from skyrl_engine.models import resolve_model_path
     from skyrl_engine.policy import set_torch_threads
-    from skyrl_engine.ray_runtime import RayWorkers, connect
+    from skyrl_engine.ray_runtime import RayWorkers, connect, is_submitted_job
     from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import RLTrainer
+    from skyrl_engine.trainer import LocalWorkers, RLTrainer
 
     set_torch_threads(cfg.trainer.num_threads)
     env_class = cfg.environment.env_class
@@ -126,9 +125,19 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     model_path = resolve_model_path(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)
     _log(f"model ready at {model_path} ({time.perf_counter() - started:.1f}s)")
     total_steps = int(cfg.total_steps(len(train_rows)))
-    held["connection"] = connect()
-    _log(f"ray: {held['connection'].mode}")
-    held["workers"] = RayWorkers(model_path, cfg, total_steps)
+    try:
+        held["connection"] = connect()
+    except Exception as err:
+        if is_submitted_job():
+            raise
+        # By hand on a saturated machine Ray may not come up at all; the run still goes, in-process.
+        message = f"local Ray did not start ({type(err).__name__}: {err}); generator and trainer run in this process"
+        _log(message)
+        writer.log_event("warning", step=0, message=message)
+        held["workers"] = LocalWorkers(model_path, cfg, total_steps, cfg.trainer.num_threads)
+    else:
+        _log(f"ray: {held['connection'].mode}")
+        held["workers"] = RayWorkers(model_path, cfg, total_steps)
     held["trainer"] = RLTrainer(cfg, writer, held["workers"], train_rows, val_rows)
     _log(f"training {total_steps} steps into {cfg.run_dir}")
 

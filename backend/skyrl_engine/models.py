@@ -46,6 +46,7 @@ class TinyModelSpec:
     sft_steps: int = 100
     sft_batch_size: int = 64
     sft_lr: float = 3e-3
+    sft_label_smoothing: float = 0.0
     version: int = 1  # bump when the build recipe changes, so caches rebuild
 
 
@@ -173,7 +174,13 @@ def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyMod
             input_ids_BL[b, : len(p) + len(a)] = torch.tensor(p + a)
             labels_BL[b, len(p) : len(p) + len(a)] = torch.tensor(a)
             mask_BL[b, : len(p) + len(a)] = 1
-        loss = model(input_ids=input_ids_BL, attention_mask=mask_BL, labels=labels_BL).loss
+        logits_BLV = model(input_ids=input_ids_BL, attention_mask=mask_BL).logits[:, :-1].float()
+        loss = torch.nn.functional.cross_entropy(
+            logits_BLV.reshape(-1, logits_BLV.shape[-1]),
+            labels_BL[:, 1:].reshape(-1),
+            ignore_index=-100,
+            label_smoothing=spec.sft_label_smoothing,
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -21,6 +21,7 @@ from skyrl_engine.generator import GeneratorOutput, GeneratorWorker
 from skyrl_engine.policy import PolicyWorker, TrainBatch
 
 JOB_ENV_VARS = ("RAY_JOB_SUBMISSION_ID", "RAY_JOB_ID")
+START_ATTEMPTS = 2
 
 
 def available_cpus() -> int:
@@ -28,6 +29,11 @@ def available_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def is_submitted_job() -> bool:
+    """True when this process runs as (or inside) a Ray job, i.e. there is a cluster to join."""
+    return bool(os.environ.get("RAY_ADDRESS") or any(os.environ.get(v) for v in JOB_ENV_VARS))
 
 
 class RayConnection:
@@ -56,23 +62,32 @@ def connect(num_cpus: int | None = None) -> RayConnection:
 
     if ray.is_initialized():
         return RayConnection("existing")
-    address = os.environ.get("RAY_ADDRESS")
-    if address or any(os.environ.get(v) for v in JOB_ENV_VARS):
-        ray.init(address=address or "auto", log_to_driver=True)
+    if is_submitted_job():
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=True)
         return RayConnection("joined")
     # A by-hand run: a short temp path (Ray's socket paths have a length limit).
-    temp_dir = tempfile.mkdtemp(prefix="skyrl-ray-", dir="/tmp")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(
-        address="local",
-        num_cpus=num_cpus or available_cpus(),
-        num_gpus=0,
-        include_dashboard=False,
-        _temp_dir=temp_dir,
-        log_to_driver=True,
-        configure_logging=False,
-    )
-    return RayConnection("local", temp_dir)
+    for attempt in range(1, START_ATTEMPTS + 1):
+        temp_dir = tempfile.mkdtemp(prefix="skyrl-ray-", dir="/tmp")
+        try:
+            ray.init(
+                address="local",
+                num_cpus=num_cpus or available_cpus(),
+                num_gpus=0,
+                include_dashboard=False,
+                _temp_dir=temp_dir,
+                log_to_driver=True,
+                configure_logging=False,
+            )
+            return RayConnection("local", temp_dir)
+        except Exception as err:
+            # On a saturated machine Ray's node can miss its fixed 30 s start-up window; try again.
+            ray.shutdown()
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            if attempt == START_ATTEMPTS or "timed out during startup" not in str(err):
+                raise
+            print(f"[skyrl_engine] local Ray did not start ({err}); retrying", flush=True)
+    raise AssertionError("unreachable")
 
 
 class RayWorkers:

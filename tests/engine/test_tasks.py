@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from skyrl_engine.tasks import (
     PromptLoader,
     arithmetic_rows,

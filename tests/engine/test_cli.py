@@ -1,0 +1,104 @@
+"""The command line: validate exit codes, and (slow) real Ray runs: end to end, kill -9 + resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from skyrl_engine.__main__ import main
+
+SMALL = [
+    "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4", "trainer.micro_train_batch_size_per_gpu=16",
+    "generator.n_samples_per_prompt=4", "generator.sampling_params.max_generate_length=4",
+    "trainer.eval_interval=0", "trainer.eval_before_train=false", "trainer.num_threads=1",
+    "trainer.policy.optimizer_config.lr=1e-3",
+]
+
+
+def test_validate_exit_codes(capsys, tmp_path):
+    assert main(["validate", "--config", "quickstart"]) == 0
+    code = main([
+        "validate", "--config", "quickstart", "trainer.algorithm.advantage_estimator=grpoo",
+        "trainer.lr=3", "data.train_data=[/nope/train.parquet]",
+    ])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert any(line.startswith("trainer.algorithm.advantage_estimator:") for line in err)
+    assert any(line.startswith("trainer.lr:") and "did you mean" in line for line in err)
+    code = main(["validate", "--config", "quickstart", "data.train_data=[/nope/train.parquet]",
+                 "trainer.policy_mini_batch_size=32", "trainer.seed=-1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err and all(":" in line for line in err)
+
+
+def test_train_refuses_a_bad_config_before_starting_anything(capsys, tmp_path):
+    code = main(["train", "--config", "quickstart", f"run.run_root={tmp_path}", "run.run_id=bad",
+                 "trainer.policy_mini_batch_size=32"])
+    assert code == 2
+    assert "trainer.policy_mini_batch_size" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
+def _cli(run_root: Path, run_id: str, model: str, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    args = [sys.executable, "-m", "skyrl_engine", "train", "--config", "quickstart", f"run.run_root={run_root}",
+            f"run.run_id={run_id}", f"trainer.policy.model.path={model}", *SMALL, *extra]
+    # own session: kill -9 of the group takes the local Ray processes with the driver
+    return subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 400) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
+    _finish(_cli(tmp_path, "e2e", tiny_model_dir, "trainer.max_training_steps=3", "trainer.eval_interval=3",
+                 "trainer.eval_batch_size=16", "data.val_data=[builtin://arithmetic/test]"))
+    run = tmp_path / "e2e"
+    assert _steps(run) == [1, 2, 3]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "succeeded" and status["step"] == 3 and status["total_steps"] == 3
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert "eval/all/avg_score" in last and last["timing/sync_weights"] > 0
+    assert (run / "checkpoints" / "latest_ckpt_global_step.txt").read_text() == "3"
+
+
+@pytest.mark.slow
+def test_kill_9_and_resume_is_bit_exact(tmp_path, tiny_model_dir):
+    steps = ["trainer.max_training_steps=8", "trainer.ckpt_interval=3"]
+    reference = _cli(tmp_path, "straight", tiny_model_dir, *steps)
+    _finish(reference)
+
+    victim = _cli(tmp_path, "killed", tiny_model_dir, *steps)
+    latest = tmp_path / "killed" / "checkpoints" / "latest_ckpt_global_step.txt"
+    deadline = time.time() + 300
+    while not (latest.exists() and int(latest.read_text() or 0) >= 3):
+        assert victim.poll() is None, victim.communicate()[0][-3000:]
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    killed_at = max(_steps(tmp_path / "killed"), default=0)
+    assert killed_at < 8
+
+    _finish(_cli(tmp_path, "killed", tiny_model_dir, *steps, "trainer.resume_mode=latest"))
+    assert _steps(tmp_path / "killed") == list(range(1, 9))
+    events = [json.loads(line)["kind"] for line in (tmp_path / "killed" / "events.jsonl").read_text().splitlines()]
+    assert "resumed" in events
+    a = (tmp_path / "straight" / "checkpoints" / "global_step_8" / "policy" / "model.safetensors").read_bytes()
+    b = (tmp_path / "killed" / "checkpoints" / "global_step_8" / "policy" / "model.safetensors").read_bytes()
+    assert a == b
