@@ -290,6 +290,13 @@ class Dashboard:
                 raise TimeoutError(f"run {self.reader.run_id} still {self.state} after {timeout} s")
             time.sleep(self.poll_s)
         self.stop()
+        if self.job is not None:
+            # The engine writes its final status a moment before its process (the Ray job) exits.
+            try:
+                self.job.wait(timeout=None if deadline is None else max(5.0, deadline - time.monotonic()),
+                              poll_s=0.5)
+            except Exception:
+                pass
         self.refresh()
         if self.static and self._display_handle is not None:
             self._display_handle.update(self._static_bundle(), raw=True)

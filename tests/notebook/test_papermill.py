@@ -26,6 +26,7 @@ def _run(src: Path, out: Path, params: dict[str, Any] | None = None) -> Any:
     return nbformat.read(out, as_version=4)
 
 
+@pytest.mark.slow
 def test_magics_under_papermill(ray_cluster: Any, nb_env: Path, tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in [
@@ -48,6 +49,7 @@ def test_magics_under_papermill(ray_cluster: Any, nb_env: Path, tmp_path: Path) 
     assert not any(o.get("output_type") == "error" for o in _outputs(done))
 
 
+@pytest.mark.slow
 def test_bad_magic_fails_papermill(ray_cluster: Any, nb_env: Path, tmp_path: Path) -> None:
     import papermill
 
@@ -64,6 +66,7 @@ def test_bad_magic_fails_papermill(ray_cluster: Any, nb_env: Path, tmp_path: Pat
                    Path(j.run_dir).parent == tmp_path for j in ray_cluster.jobs())
 
 
+@pytest.mark.slow
 def test_quickstart_under_papermill_is_small_and_clean(ray_cluster: Any, nb_env: Path, tmp_path: Path) -> None:
     out = tmp_path / "quickstart.out.ipynb"
     done = _run(REPO / "notebooks" / "quickstart.ipynb", out, {
