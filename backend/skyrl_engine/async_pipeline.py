@@ -31,6 +31,7 @@ batch this step trains on), ``timing/generate``, ``timing/sync_weights`` (export
 from __future__ import annotations
 
 import html
+import os
 import queue
 import threading
 import time
@@ -38,7 +39,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GeneratedBatch", "RolloutPipeline", "pipeline_mode", "staleness_bound"]
+__all__ = [
+    "GeneratedBatch",
+    "PipelinedTrainer",
+    "RolloutPipeline",
+    "pipeline_mode",
+    "staleness_bound",
+    "weight_channel",
+]
 
 
 def staleness_bound(cfg: Any) -> int:
@@ -56,7 +64,7 @@ def staleness_bound(cfg: Any) -> int:
         return default if value is None else value
 
     if get("trainer.fully_async.enabled", False):
-        bound = int(get("trainer.fully_async.max_staleness_steps", 4))
+        bound = int(get("trainer.fully_async.max_staleness_steps", 1))
         if bound < 0:
             raise ValueError(f"trainer.fully_async.max_staleness_steps: {bound} must be at least 0")
         return bound
@@ -251,3 +259,151 @@ class RolloutPipeline:
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(repr(self))}</code>"
+
+
+# --------------------------------------------------------------------------------------------------
+# The trainer's loop, pipelined
+# --------------------------------------------------------------------------------------------------
+
+
+def weight_channel(workers: Any) -> tuple[Callable[[int], Any], Callable[[Any], None]]:
+    """``(export, load)`` for a trainer's workers: the two halves of ``workers.sync_weights()``.
+
+    Workers with ``export_weights()`` / ``load_weights(handle)`` (vLLM) use them; the engine's Ray
+    workers hand an object ref of the policy's state dict to the generator actor; local workers copy
+    the state dict. ``export`` always makes a snapshot, so the trainer may go on updating meanwhile.
+    """
+    if hasattr(workers, "export_weights") and hasattr(workers, "load_weights"):
+        return (lambda version: workers.export_weights()), workers.load_weights
+    policy, generator = workers.policy, workers.generator
+    if hasattr(policy.get_weights, "remote"):
+        import ray
+
+        def export(version: int) -> Any:
+            ref = policy.get_weights.remote()
+            ray.wait([ref])  # the snapshot is taken before the trainer's next update starts
+            return ref
+
+        return export, lambda ref: ray.get(generator.load_weights.remote(ref))
+    return (lambda version: policy.get_weights()), generator.load_weights
+
+
+class PipelinedTrainer:
+    """An :class:`~skyrl_engine.trainer.RLTrainer` whose steps overlap generation with training.
+
+    Same run-store writes as the synchronous loop (metrics, trajectories, events, status,
+    checkpoints), plus the pipeline's wait and staleness metrics. Eval runs on the generator, so in
+    async modes it sees the generator's weights (at most the staleness bound behind). On resume, the
+    first batch is generated with the checkpoint's weights (staleness 0).
+
+    >>> trainer = PipelinedTrainer(RLTrainer(cfg, writer, workers, train_rows, val_rows), max_staleness_steps=1)
+    >>> trainer.train()
+    """
+
+    def __init__(self, trainer: Any, max_staleness_steps: int) -> None:
+        self.trainer = trainer
+        self.max_staleness_steps = max_staleness_steps
+        self._pending: dict[int, tuple[Any, Any, dict[str, float]]] = {}
+        self.pipeline: RolloutPipeline | None = None
+
+    # the trainer's own record keeping, unchanged
+    def fail(self, err: BaseException) -> None:
+        """Record a failure (as the trainer does)."""
+        self.trainer.fail(err)
+
+    def stopped(self) -> None:
+        """Record a requested stop (as the trainer does)."""
+        self.trainer.stopped()
+
+    @property
+    def global_step(self) -> int:
+        """The last finished step."""
+        return self.trainer.global_step
+
+    def _generate(self, step: int) -> Any:
+        from skyrl_engine.generator import step_seed
+
+        t = self.trainer
+        rows = t.loader.batch(step)
+        return t.workers.generate(rows, t.cfg.generator.n_samples_per_prompt, t.sampling, step_seed(t.cfg.trainer.seed, step))
+
+    def _train(self, step: int, out: Any) -> dict[str, float]:
+        from skyrl_engine.trainer import build_train_batch, reward_metrics, timed
+
+        t = self.trainer
+        timings: dict[str, float] = {}
+        with timed(timings, "compute_advantages_and_returns"):
+            batch, advantages_BT = build_train_batch(out, t.cfg.trainer.algorithm)
+        with timed(timings, "policy_train"):
+            metrics = dict(t.workers.train_step(batch))
+        metrics.update(reward_metrics(out))
+        tokens = float(batch.attention_mask_BL.sum())
+        metrics["trainer/tokens_per_second"] = tokens / max(timings["policy_train"], 1e-9)
+        metrics["trainer/epoch"] = t.loader.position(step)["epoch"]
+        metrics["trainer/global_step"] = step
+        self._pending[step] = (out, advantages_BT, timings)
+        return metrics
+
+    def _finish(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        from skyrl_engine.trainer import timed, trajectory_rows
+
+        t = self.trainer
+        tc = t.cfg.trainer
+        out, advantages_BT, timings = self._pending.pop(step)
+        t_extra = time.perf_counter()
+        if _due(tc.eval_interval, step, t.total_steps) and t.val_rows:
+            with timed(timings, "eval"):
+                eval_metrics = t.evaluate(step)
+            metrics.update(eval_metrics)
+            t.writer.log_event("eval", step=step, **eval_metrics)
+        t.writer.write_trajectories(step, trajectory_rows(step, out, advantages_BT, t.cfg.run.store_token_data))
+        timings["save_checkpoints"] = 0.0
+        if _due(tc.ckpt_interval, step, t.total_steps):
+            with timed(timings, "save_checkpoints"):
+                timing = {f"timing/{k}": v for k, v in timings.items()}
+                path = t.save_checkpoint(step, {**metrics, **timing})
+            t.writer.log_event("checkpoint_saved", step=step, path=path)
+        metrics.update({f"timing/{k}": v for k, v in timings.items()})
+        metrics["timing/step"] = metrics.get("timing/step", 0.0) + (time.perf_counter() - t_extra)
+        t.writer.log_metrics(step, metrics)
+        return metrics
+
+    def train(self) -> dict[str, Any]:
+        """Run from the restored step to ``total_steps``; return the last step's metrics."""
+        t = self.trainer
+        t.writer.write_config(t.cfg)
+        t._status("running", step=0, total_steps=t.total_steps, pid=os.getpid())
+        beat = threading.Thread(target=t._heartbeat_loop, name="heartbeat", daemon=True)
+        beat.start()
+        try:
+            start = t.restore()
+            t.global_step = start
+            t._status("running", step=start, total_steps=t.total_steps)
+            if start == 0:
+                t.writer.log_event(
+                    "started", step=0, total_steps=t.total_steps, pipeline=pipeline_mode(self.max_staleness_steps)
+                )
+                if t.cfg.trainer.eval_before_train and t.val_rows:
+                    t.writer.log_event("eval", step=0, **t.evaluate(0))
+            export, load = weight_channel(t.workers)
+            self.pipeline = RolloutPipeline(self._generate, self._train, export, load, self.max_staleness_steps)
+            last: dict[str, Any] = {}
+            for step, metrics in self.pipeline.run(t.total_steps - start, start_step=start + 1):
+                last = self._finish(step, metrics)
+                t.global_step = step
+                t._status("running", step=step)
+            t._status("succeeded", step=t.global_step)
+            t.writer.log_event("finished", step=t.global_step, state="succeeded")
+            return last
+        finally:
+            t._stop_heartbeat.set()
+
+    def __repr__(self) -> str:
+        return f"PipelinedTrainer(mode={pipeline_mode(self.max_staleness_steps)}, step={self.global_step})"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
+
+
+def _due(interval: int | None, step: int, total_steps: int) -> bool:
+    return interval is not None and interval > 0 and (step % interval == 0 or step == total_steps)

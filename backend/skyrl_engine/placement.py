@@ -24,6 +24,7 @@ so "disaggregated" means separate processes, each with its own CPU bundle.
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "PlacementPlan",
     "cluster_resources",
     "plan_placement",
+    "start_private_ray",
 ]
 
 # Config keys read by plan_placement, with SkyRL's defaults (used when the config does not have them).
@@ -335,3 +337,77 @@ def _fmt(x: float) -> str:
 
 def _fmt_resources(resources: Mapping[str, float]) -> str:
     return ", ".join(f"{_fmt(v)} {k}" for k, v in sorted(resources.items())) or "nothing"
+
+
+def start_private_ray(num_cpus: int, temp_dir: str | None = None, attempts: int = 3) -> str:
+    """Start a private local Ray cluster in this process (tests, benchmarks); return its temp dir.
+
+    Own short temp dir (Ray's socket paths have a length limit), no dashboard, token auth off. On a
+    busy 2-core machine Ray's agents can miss the raylet's start-up deadline, so the start runs at a
+    raised priority (root only; the processes go back to normal afterwards) and is retried.
+    Stop it with ``ray.shutdown()``.
+    """
+    import tempfile
+
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    temp_dir = temp_dir or tempfile.mkdtemp(prefix="skyrl-ray-", dir="/tmp")
+    boost = -10 if hasattr(os, "geteuid") and os.geteuid() == 0 else 0
+    last: Exception | None = None
+    for _ in range(attempts):
+        before = _children_of(os.getpid())
+        if boost:
+            os.setpriority(os.PRIO_PROCESS, 0, boost)
+            _autogroup_nice(boost)  # with sched autogroup, the session's group niceness is what counts
+        try:
+            ray.init(
+                address="local",
+                num_cpus=num_cpus,
+                num_gpus=0,
+                include_dashboard=False,
+                _temp_dir=temp_dir,
+                configure_logging=False,
+                log_to_driver=False,
+            )
+            return temp_dir
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception on a start-up timeout
+            last = exc
+            ray.shutdown()
+        finally:
+            if boost:
+                os.setpriority(os.PRIO_PROCESS, 0, 0)
+                _autogroup_nice(0)
+                for pid in _children_of(os.getpid()) - before:
+                    _renice_tree(pid, 0)
+    raise RuntimeError(f"could not start a local Ray cluster in {attempts} attempts: {last}")
+
+
+def _autogroup_nice(value: int) -> None:
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(value))
+    except OSError:
+        pass
+
+
+def _children_of(pid: int) -> set[int]:
+    kids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        kids.add(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return kids
+
+
+def _renice_tree(pid: int, value: int) -> None:
+    for child in _children_of(pid):
+        _renice_tree(child, value)
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, value)
+    except OSError:
+        pass

@@ -2,34 +2,41 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 
 import pytest
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A private 3-CPU local Ray cluster (own short temp dir, token auth off), stopped afterwards.
+    """A private 3-CPU local Ray cluster (own temp dir, token auth off), stopped afterwards."""
 
-    3 logical CPUs (the machine has 2 cores) so a policy bundle plus two engine bundles fit and a
-    fourth does not.
-    """
     ray = pytest.importorskip("ray")
+    from skyrl_engine.placement import start_private_ray
+
     if ray.is_initialized():
         pytest.skip("another Ray session is connected in this process")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    temp_dir = tempfile.mkdtemp(prefix="ra-", dir="/tmp")  # Ray's socket paths have a length limit
-    ray.init(
-        address="local",
-        num_cpus=3,
-        num_gpus=0,
-        include_dashboard=False,
-        _temp_dir=temp_dir,
-        configure_logging=False,
-        log_to_driver=False,
-    )
+    temp_dir = start_private_ray(num_cpus=3)
     yield ray
     ray.shutdown()
     shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_policy_dir(tmp_path_factory) -> str:
+    """An untrained tiny Qwen2 (hidden 64) with the engine's char tokenizer, as a local HF directory."""
+    import torch
+    from skyrl_engine.models import build_char_tokenizer
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_char_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256, tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    path = str(tmp_path_factory.mktemp("tiny-policy"))
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

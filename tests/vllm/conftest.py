@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -75,23 +74,15 @@ def tiny_model_dirs(tmp_path_factory) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A private 2-CPU local Ray cluster (own short temp dir, token auth off), stopped afterwards."""
+    """A private 2-CPU local Ray cluster (own temp dir, token auth off), stopped afterwards."""
     import shutil
 
     ray = pytest.importorskip("ray")
+    from skyrl_engine.placement import start_private_ray
+
     if ray.is_initialized():
         pytest.skip("another Ray session is connected in this process")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    temp_dir = tempfile.mkdtemp(prefix="rv-", dir="/tmp")
-    ray.init(
-        address="local",
-        num_cpus=2,
-        num_gpus=0,
-        include_dashboard=False,
-        _temp_dir=temp_dir,
-        configure_logging=False,
-        log_to_driver=False,
-    )
+    temp_dir = start_private_ray(num_cpus=2)
     yield ray
     ray.shutdown()
     shutil.rmtree(temp_dir, ignore_errors=True)
