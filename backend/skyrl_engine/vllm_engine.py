@@ -60,6 +60,7 @@ class SamplingParams:
     min_p: float = 0.0
     stop_token_ids: list[int] | None = None
     seed: int | None = None
+    ignore_eos: bool = False  # benchmarks: always generate max_generate_length tokens
 
     @classmethod
     def from_config(cls, section: Any) -> SamplingParams:
@@ -224,7 +225,8 @@ class VLLMEngine:
             top_k=s.top_k if s.top_k and s.top_k > 0 else -1,
             min_p=s.min_p,
             seed=s.seed,
-            stop_token_ids=s.stop_token_ids,
+            stop_token_ids=None if s.ignore_eos else s.stop_token_ids,
+            ignore_eos=s.ignore_eos,
             logprobs=0,  # the sampled token's own log-prob only
         )
         t0 = time.perf_counter()
@@ -419,7 +421,7 @@ class VLLMGenerator:
         actor_cls = ray.remote(VLLMEngine)
         self.engines = []
         for i in range(num_engines):
-            options: dict[str, Any] = {"runtime_env": runtime_env, "max_concurrency": 2}
+            options: dict[str, Any] = {"runtime_env": runtime_env}
             if placement is not None:
                 options.update(placement.engine_options(i))
             else:
