@@ -80,9 +80,16 @@ def build_char_tokenizer():
 
 def load_tokenizer(path: str):
     """The tokenizer saved in a local model directory (pad token falls back to EOS)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    tok = AutoTokenizer.from_pretrained(path)
+    config_path = os.path.join(path, "tokenizer_config.json")
+    saved_class = None
+    if os.path.exists(config_path):
+        with open(config_path, encoding="utf-8") as f:
+            saved_class = json.load(f).get("tokenizer_class")
+    # the built-in char tokenizer must load as saved: AutoTokenizer would take the model type's class
+    # (Qwen2Tokenizer), whose byte-level pre-tokenizer drops spaces
+    tok = (PreTrainedTokenizerFast if saved_class == "TokenizersBackend" else AutoTokenizer).from_pretrained(path)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
@@ -109,10 +116,20 @@ def encode_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     return list(ids)
 
 
+def warm_start_answer(row: PromptRow) -> str:
+    """What the warm start teaches for ``row``: ``extra_info.warm_start_answer`` (an answer in the
+    env's format, e.g. text2sql's tags) when the row has one, else the ground truth."""
+    info = row.extras.get("extra_info") if isinstance(row.extras, dict) else None
+    answer = info.get("warm_start_answer") if isinstance(info, dict) else None
+    return str(answer) if answer else str(row.ground_truth)
+
+
 def _rows_fingerprint(rows: list[PromptRow]) -> str:
     h = hashlib.sha256()
     for row in rows:
         h.update(json.dumps([row.prompt, str(row.ground_truth)], sort_keys=True).encode())
+        if warm_start_answer(row) != str(row.ground_truth):
+            h.update(warm_start_answer(row).encode())
     return h.hexdigest()[:16]
 
 
@@ -156,7 +173,7 @@ def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyMod
     examples = []
     for row in rows:
         prompt_ids = encode_prompt(tokenizer, row.prompt)
-        answer_ids = tokenizer.encode(str(row.ground_truth), add_special_tokens=False) + [tokenizer.eos_token_id]
+        answer_ids = tokenizer.encode(warm_start_answer(row), add_special_tokens=False) + [tokenizer.eos_token_id]
         examples.append((prompt_ids, answer_ids))
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
