@@ -33,7 +33,8 @@ RESUME_MODES = ("none", "latest", "from_path")
 RUN_STATES = ("pending", "running", "succeeded", "failed", "stopped")
 BUILTIN_PREFIX = "builtin://"
 BUILTIN_MODELS = ("builtin://tiny-qwen2",)
-BUILTIN_DATASETS = ("builtin://arithmetic/train", "builtin://arithmetic/test")
+BUILTIN_DATASETS = ("builtin://arithmetic/train", "builtin://arithmetic/test", "builtin://text2sql/train",
+                    "builtin://text2sql/test")
 
 
 class ConfigError(ValueError):
@@ -352,10 +353,23 @@ _DAPO: dict[str, Any] = _QUICKSTART | {
     "generator": _QUICKSTART["generator"] | {"apply_overlong_filtering": True},
 }
 
+# Multi-turn text2sql (skyrl-gym's env) on small built-in SQLite databases; the tiny model is warm-started
+# on answers in the env's format, so a few steps on 2 CPU cores show the whole loop.
+_TEXT2SQL: dict[str, Any] = _QUICKSTART | {
+    "data": {"train_data": ["builtin://text2sql/train"], "val_data": ["builtin://text2sql/test"]},
+    "trainer": _QUICKSTART["trainer"]
+    | {"train_batch_size": 4, "policy_mini_batch_size": 4, "micro_train_batch_size_per_gpu": 16,
+       "max_training_steps": 6, "ckpt_interval": 3, "eval_interval": 3, "eval_batch_size": 16},
+    "generator": {"n_samples_per_prompt": 4, "max_turns": 3,
+                  "sampling_params": {"max_generate_length": 64, "temperature": 1.0}},
+    "environment": {"env_class": "text2sql"},
+}
+
 #: Named starting points. ``quickstart``: built-in tiny model on arithmetic, minutes on 2 CPU cores.
 PRESETS: dict[str, dict[str, Any]] = {
     "quickstart": _QUICKSTART,
     "dapo": _DAPO,
+    "text2sql": _TEXT2SQL,
 }
 
 
