@@ -131,6 +131,8 @@ def test_training_steps_with_vllm_backend(vllm_python, tiny_model_dirs, ray_clus
         "trainer.eval_before_train=false", "trainer.ckpt_interval=0", "trainer.num_threads=1",
         "generator.sampling_params.max_generate_length=6", "generator.sampling_params.temperature=0.9",
         "trainer.policy.optimizer_config.lr=1e-2",
+        # An untrained model earns no reward (zero advantages): the entropy bonus makes the update move.
+        "trainer.algorithm.use_entropy_loss=true", "trainer.algorithm.entropy_loss_coef=0.5",
     ])
     train = load_prompts(cfg.data.train_data, "arithmetic")
     workers = VLLMWorkers(model_dir, cfg, cfg.total_steps(len(train)), dtype="float32")
