@@ -188,10 +188,10 @@ class PolicyWorker:
                         # no reference: report how far the update moved from the sampling policy
                         kl = algorithms.masked_mean(micro.rollout_logprobs_BT - logprobs_BT.detach(), mask_BT)
                     loss.backward()
-                    mini_policy_loss += float(policy_loss)
-                    mini_final_loss += float(loss)
-                    add("policy/policy_entropy", float(entropy))
-                    add("policy/policy_kl", float(kl))
+                    mini_policy_loss += policy_loss.item()
+                    mini_final_loss += loss.item()
+                    add("policy/policy_entropy", entropy.item())
+                    add("policy/policy_kl", kl.item())
                     for k, v in loss_metrics.items():
                         add(f"policy/loss_metrics/{k}", float(v))
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.policy.optimizer_config.max_grad_norm)
