@@ -222,6 +222,10 @@ class TrajectoryData:
 
     def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any] | None = None,
                  cache_steps: int = 12):
+        # import on the caller's thread: a first import inside a refresh thread can race another
+        # thread's import of pandas / pyarrow and see a partially initialised module
+        import pyarrow.parquet  # noqa: F401
+
         self.run_dir = Path(run_dir).expanduser()
         self.index = PartIndex(self.run_dir / "trajectories")
         self.tokens = TokenText(self.run_dir, config or {})

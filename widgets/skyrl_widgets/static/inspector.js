@@ -174,6 +174,7 @@ function render({ model, el }) {
     for (const s of steps) if (Math.abs(s - want) < Math.abs(best - want)) best = s;
     stepTo(best);
   });
+  stepInput.addEventListener("keydown", (e) => { if (e.key === "Enter") stepInput.blur(); });  // blur commits
   slider.addEventListener("input", () => { stepInput.value = get("steps")[Number(slider.value)] ?? ""; });
   slider.addEventListener("change", () => stepTo(get("steps")[Number(slider.value)]));
   const follow = h("input", { type: "checkbox", class: "sk-follow" });
