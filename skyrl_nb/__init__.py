@@ -42,6 +42,7 @@ _LAZY = {
     "list_runs": "skyrl_nb.runs",
     "Dashboard": "skyrl_nb.dashboard",
     "configure": "skyrl_nb.form",
+    "compare": "skyrl_nb.compare",
 }
 
 __all__ = [
