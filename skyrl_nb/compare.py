@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import html
 import math
+import sys
+import types
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -170,3 +172,14 @@ def _unique_labels(readers: list[RunReader]) -> list[str]:
         return labels
     # same run id under different roots: add the parent folder
     return [f"{r.run_dir.parent.name}/{r.run_id}" for r in readers]
+
+
+class _CallableModule(types.ModuleType):
+    """Importing ``skyrl_nb.compare`` binds the module as ``skyrl_nb.compare``; calling it still compares."""
+
+    def __call__(self, runs: Sequence[Any], metrics: Iterable[str] | str = DEFAULT_METRICS,
+                 labels: Sequence[str] | None = None, smooth: int = 1) -> RunComparison:
+        return compare(runs, metrics=metrics, labels=labels, smooth=smooth)
+
+
+sys.modules[__name__].__class__ = _CallableModule

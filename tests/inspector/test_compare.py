@@ -49,3 +49,12 @@ def test_compare_explains_bad_input(tmp_path):
         compare([run], labels=["a", "b"])
     with pytest.raises(ValueError, match="metrics is empty"):
         compare([run], metrics=[])
+
+
+def test_skyrl_nb_compare_is_callable_either_way(tmp_path):
+    import skyrl_nb
+    import skyrl_nb.compare as module
+
+    run = write_run(tmp_path / "a", steps=2).run_dir
+    assert isinstance(module([run]), RunComparison)  # the submodule itself, as `skyrl_nb.compare` binds it
+    assert isinstance(skyrl_nb.compare([run]), RunComparison)
