@@ -142,3 +142,19 @@ def test_static_files_are_valid():
     node = shutil.which("node")
     if node:  # a syntax error would only show in the browser otherwise
         subprocess.run([node, "--check", str(STATIC / "inspector.js")], check=True)
+
+
+def test_step_ranges_stay_compact(tmp_path):
+    from skyrl_widgets.inspector import _extend_ranges, _ranges
+
+    assert _ranges([1, 2, 3, 7, 8, 10]) == [[1, 3], [7, 8], [10, 10]]
+    assert _extend_ranges([[1, 3]], [4, 5, 9]) == [[1, 5], [9, 9]]
+    writer = write_run(tmp_path / "r", steps=3, state="running")
+    insp = TrajectoryInspector(writer.run_dir, auto_refresh=0)
+    write_step(writer, 4)
+    write_step(writer, 6)  # a gap: the engine skipped a step; the cheap probe stops at step 5
+    insp.refresh()
+    assert insp.steps[:4] == [1, 2, 3, 4]
+    writer.set_status("succeeded", step=6)  # a state change lists the folder
+    insp.refresh()
+    assert insp.step_ranges == [[1, 4], [6, 6]] and insp.steps == [1, 2, 3, 4, 6] and insp.step == 6

@@ -105,11 +105,15 @@ class TrajectoryInspector(anywidget.AnyWidget):
         """Steps that have a trajectory part, in order."""
         return list(self.data.steps)
 
-    def refresh(self) -> list[int]:
-        """Pick up new (or rewritten) parts and the run state; returns the steps that appeared."""
+    def refresh(self, full: bool = False) -> list[int]:
+        """Pick up new (or rewritten) parts and the run state; returns the steps that appeared.
+
+        A few ``stat`` calls normally; the whole folder is listed when ``full``, when the run state
+        changes, or when the cheap checks cannot explain a change.
+        """
         with self._lock:
-            result = self.data.refresh()
             state = self._state()
+            result = self.data.refresh(full=full or state != self.state)
             if state != self.state:
                 self.state = state
             if not result:
@@ -117,7 +121,8 @@ class TrajectoryInspector(anywidget.AnyWidget):
             steps = self.data.steps
             if not self.has_token_data and steps:
                 self.has_token_data = self.data.has_token_data(steps[-1])
-            self.step_ranges = _ranges(steps)
+            self.step_ranges = _extend_ranges(self.step_ranges, result.added) if result.only_appended \
+                else _ranges(steps)
             if steps and (self.follow or self.step not in steps) and self.step != steps[-1]:
                 self.step = steps[-1]  # the observer re-renders
             elif self.step in result.changed or self.step in result.added or self.step in result.removed:
@@ -193,13 +198,15 @@ class TrajectoryInspector(anywidget.AnyWidget):
         self._stop = threading.Event()
 
         def loop(stop: threading.Event) -> None:
+            ticks = 0
             while not stop.wait(interval):
+                ticks += 1
                 try:
-                    self.refresh()
+                    self.refresh(full=ticks % 30 == 0)  # now and then, list the folder
                 except Exception as exc:  # keep the thread alive; show the reason in the view
                     self.error = f"refresh failed: {exc}"
                 if self.state not in _LIVE_STATES:
-                    self.refresh()  # the last parts written before the final status
+                    self.refresh(full=True)  # the last parts written before the final status
                     break
 
         self._thread = threading.Thread(target=loop, args=(self._stop,), daemon=True,
@@ -245,7 +252,7 @@ class TrajectoryInspector(anywidget.AnyWidget):
         kind = content.get("type") if isinstance(content, dict) else None
         try:
             if kind == "refresh":
-                self.refresh()
+                self.refresh(full=True)  # the user asked: look at everything
             elif kind == "drift":
                 self.drift(content.get("prompt") or None)
                 self._continue_drift()  # the browser sees the rest arrive
@@ -290,6 +297,17 @@ def _ranges(steps: list[int]) -> list[list[int]]:
         else:
             out.append([s, s])
     return out
+
+
+def _extend_ranges(ranges: list[list[int]], added: list[int]) -> list[list[int]]:
+    """``_ranges`` for appended steps without walking the whole run again (a new list, so it syncs)."""
+    out = [list(r) for r in ranges[-1:]]
+    for s in added:
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return list(ranges[:-1]) + out
 
 
 def _safe_config(reader: Any) -> dict[str, Any]:

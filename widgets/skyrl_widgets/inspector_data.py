@@ -51,6 +51,9 @@ class ScanResult:
     changed: list[int] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
 
+    #: True when the only change is new steps after the newest known one (a refresh while training)
+    only_appended: bool = False
+
     def __bool__(self) -> bool:
         return bool(self.added or self.changed or self.removed)
 
@@ -77,8 +80,14 @@ class PartIndex:
     def __contains__(self, step: int) -> bool:
         return step in self._inodes
 
-    def scan(self) -> ScanResult:
-        """Compare the folder with what we knew; return added / rewritten / removed steps."""
+    def scan(self, full: bool = False) -> ScanResult:
+        """Compare the folder with what we knew; return added / rewritten / removed steps.
+
+        ``full=True`` lists the folder whatever the cheap checks say (a part written after a gap in
+        the steps is otherwise noticed only at the next write).
+        """
+        if full:
+            return self._full_scan(self._mtime())
         try:
             mtime = os.stat(self.dir).st_mtime_ns
         except FileNotFoundError:
@@ -109,7 +118,13 @@ class PartIndex:
             return self._full_scan(mtime)  # something we cannot explain by appends
         self.steps.extend(added)
         self._dir_mtime = mtime
-        return ScanResult(added=added)
+        return ScanResult(added=added, only_appended=True)
+
+    def _mtime(self) -> int | None:
+        try:
+            return os.stat(self.dir).st_mtime_ns
+        except FileNotFoundError:
+            return None
 
     def _full_scan(self, mtime: int | None = None) -> ScanResult:
         self.full_scans += 1
@@ -242,10 +257,10 @@ class TrajectoryData:
     def steps(self) -> list[int]:
         return self.index.steps
 
-    def refresh(self) -> ScanResult:
+    def refresh(self, full: bool = False) -> ScanResult:
         """Pick up parts written (or rewritten, or removed) since the last look."""
         with self._lock:
-            result = self.index.scan()
+            result = self.index.scan(full=full)
             for step in result.changed + result.removed:
                 self._cache.pop(step, None)
                 self._forget_scanned(step)
