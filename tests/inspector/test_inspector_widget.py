@@ -158,3 +158,10 @@ def test_step_ranges_stay_compact(tmp_path):
     writer.set_status("succeeded", step=6)  # a state change lists the folder
     insp.refresh()
     assert insp.step_ranges == [[1, 4], [6, 6]] and insp.steps == [1, 2, 3, 4, 6] and insp.step == 6
+
+
+def test_job_inspect_and_magic_path(finished_run):
+    """`job.inspect()` and `%skyrl inspect RUN` go through skyrl_nb.dashboard.open_inspector."""
+    dashboard = pytest.importorskip("skyrl_nb.dashboard")
+    insp = dashboard.open_inspector(RunReader(finished_run))
+    assert isinstance(insp, TrajectoryInspector) and insp.step == 5
