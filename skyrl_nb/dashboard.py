@@ -9,10 +9,13 @@ A daemon thread calls `RunReader.poll()` at most twice a second and pushes new p
 `batch_update`, so the kernel stays free.
 
 Widget or static? `static=None` (the default) decides with `widget_frontend()`:
-`SKYRL_NB_STATIC=1` forces the static figure, `SKYRL_NB_STATIC=0` the widget; otherwise the
-static figure is used when there is no ipykernel (plain IPython, scripts) or when the kernel was
-started by papermill / nbconvert / nbclient (one of its parent processes is named so). The static
-figure is an SVG of a few tens of KB, so an executed notebook stays small.
+`SKYRL_NB_STATIC=1` forces the static figure, `SKYRL_NB_STATIC=0` the widget. Otherwise the widget
+is used only when a kernel runs and either a widget front end has opened ipywidgets' control comm
+(`jupyter.widget.control`) or the kernel was launched by a Jupyter server (the `JPY_PARENT_PID`
+process is `jupyter-lab` / `jupyter-server` / `jupyter-notebook`, as in JupyterLab and SageMaker
+Studio) with no papermill / nbconvert / nbclient among its parents. Everything else (papermill,
+nbconvert, nbclient, plain IPython, scripts, VS Code unless forced) gets the static figure: an SVG of
+a few tens of KB, so an executed notebook stays small.
 """
 
 from __future__ import annotations
@@ -32,19 +35,40 @@ _HEADLESS_PARENTS = ("papermill", "nbconvert", "nbclient")
 # ----------------------------------------------------------------------------- front-end detection
 
 
-def _parent_cmdlines(limit: int = 6) -> list[str]:
-    out, pid = [], os.getppid()
-    for _ in range(limit):
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _parent_pid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _widget_comm_open(shell: Any) -> bool:
+    """Whether a widget front end opened its control channel to this kernel (ipywidgets 8 does)."""
+    manager = getattr(getattr(shell, "kernel", None), "comm_manager", None)
+    comms = getattr(manager, "comms", None) or {}
+    return any(getattr(c, "target_name", "") == "jupyter.widget.control" for c in list(comms.values()))
+
+
+def _launched_by_jupyter_server() -> bool:
+    """Whether the process that started this kernel is a Jupyter server (Lab, Notebook, Studio)."""
+    launcher = int(os.environ.get("JPY_PARENT_PID") or 0) or _parent_pid(os.getpid())
+    pid, cmds = launcher, []
+    for _ in range(4):  # the launcher and a few of its parents (papermill run from a notebook cell)
         if pid <= 1:
             break
-        try:
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        out.append(raw.replace(b"\0", b" ").decode(errors="replace"))
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-    return out
+        cmds.append(_cmdline(pid))
+        pid = _parent_pid(pid)
+    if not cmds or any(name in cmd for cmd in cmds for name in _HEADLESS_PARENTS):
+        return False
+    first = cmds[0]
+    return "jupyter" in first and any(word in first for word in ("lab", "server", "notebook"))
 
 
 def widget_frontend() -> bool:
@@ -61,7 +85,7 @@ def widget_frontend() -> bool:
     shell = get_ipython()
     if shell is None or getattr(shell, "kernel", None) is None:
         return False
-    return not any(name in cmd for cmd in _parent_cmdlines() for name in _HEADLESS_PARENTS)
+    return _widget_comm_open(shell) or _launched_by_jupyter_server()
 
 
 # ----------------------------------------------------------------------------- series from rows

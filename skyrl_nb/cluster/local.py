@@ -265,6 +265,8 @@ def _start_head(temp: Path, tok_path: Path, token: str, cpus: int,
         RAY_DASHBOARD_STARTUP_TIMEOUT_S=env.get("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "300"),
         RAY_agent_register_timeout_ms=env.get("RAY_agent_register_timeout_ms", "120000"),
         RAY_raylet_start_wait_time_s=env.get("RAY_raylet_start_wait_time_s", "120"),
+        # Actor workers import torch; on a loaded machine that can take longer than Ray's 60 s.
+        RAY_worker_register_timeout_seconds=env.get("RAY_worker_register_timeout_seconds", "300"),
         # Jobs run `python` from the head's PATH: make that the kernel's environment.
         PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
     )

@@ -59,9 +59,13 @@ def test_bad_magic_fails_papermill(ray_cluster: Any, nb_env: Path, tmp_path: Pat
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     src = tmp_path / "bad.ipynb"
     nbformat.write(nb, src)
-    with pytest.raises(papermill.PapermillExecutionError) as info:
+    with pytest.raises(papermill.PapermillExecutionError):
         _run(src, tmp_path / "bad.out.ipynb")
-    assert "trainer.sed: unknown key" in str(info.value)
+    # IPython prints a UsageError as one line on stderr (no traceback) and fails the cell.
+    failed = nbformat.read(tmp_path / "bad.out.ipynb", as_version=4)
+    err = "".join(o.get("text", "") for o in _outputs(failed) if o.get("name") == "stderr")
+    assert "UsageError: trainer.sed: unknown key (did you mean 'trainer.seed'?)" in err
+    assert len(err.strip().splitlines()) == 1
     assert not any(j.run_id.startswith("quickstart-") and j.submission_id == j.run_id and
                    Path(j.run_dir).parent == tmp_path for j in ray_cluster.jobs())
 
