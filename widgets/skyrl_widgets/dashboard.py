@@ -151,7 +151,9 @@ def _thin(xs: list[Any], *cols: list[Any], limit: int = 240) -> tuple[list[Any],
 
 
 def _nice(v: float) -> str:
-    return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
+    if abs(v) >= 1e6:
+        return f"{v:.2e}"
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 class _Panel:
