@@ -1,0 +1,67 @@
+"""Shared fixtures for the engine tests: a private model cache and a tiny untrained model."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_model_cache(tmp_path_factory):
+    """Built models go to a per-session cache, never the user's ~/.cache/skyrl-nb."""
+    path = tmp_path_factory.mktemp("model-cache")
+    old = os.environ.get("SKYRL_NB_CACHE")
+    os.environ["SKYRL_NB_CACHE"] = str(path)
+    yield str(path)
+    if old is None:
+        os.environ.pop("SKYRL_NB_CACHE", None)
+    else:
+        os.environ["SKYRL_NB_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """An untrained built-in-shaped Qwen2 + char tokenizer saved as a local HF directory."""
+    import torch
+    from skyrl_engine.models import TinyModelSpec, _new_tiny_model, build_char_tokenizer
+
+    torch.set_num_threads(1)
+    path = str(tmp_path_factory.mktemp("tiny-model"))
+    tok = build_char_tokenizer()
+    model = _new_tiny_model(tok, TinyModelSpec(hidden_size=64, intermediate_size=128), seed=0)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def text2sql_data(tmp_path_factory) -> dict[str, str]:
+    """SQLite databases in Spider's layout and a Parquet dataset in SkyRL's text2sql format."""
+    from skyrl_engine.tasks import write_rows
+    from skyrl_engine.text2sql_data import make_databases, text2sql_rows
+
+    root = tmp_path_factory.mktemp("text2sql")
+    db_root = make_databases(str(root / "sql_data"))
+    train = write_rows(str(root / "train.parquet"), text2sql_rows("train", db_root)[:24])
+    test = write_rows(str(root / "test.parquet"), text2sql_rows("test", db_root)[:8])
+    return {"db_path": db_root, "train": train, "test": test}
+
+
+SEARCH_CORPUS = [
+    "Paris is the capital of France.",
+    "Berlin is the capital of Germany.",
+    "Rome is the capital of Italy.",
+    "The Nile is the longest river in Africa.",
+    "Mount Everest is the highest mountain on Earth.",
+    "Tokyo is the capital of Japan.",
+]
+
+
+@pytest.fixture()
+def retriever():
+    """A BM25 retriever on loopback for one test; it would stop by itself after 60 s idle anyway."""
+    from skyrl_engine.retriever import RetrieverServer
+
+    with RetrieverServer(SEARCH_CORPUS, idle_timeout=60, max_lifetime=300) as server:
+        yield server

@@ -1,0 +1,93 @@
+"""The multi-turn agent loop on skyrl-gym's gsm8k_multi_turn, text2sql and search environments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from skyrl_engine.multiturn import MultiTurnGeneratorWorker, env_configs_from_environ, generator_worker_class
+from skyrl_engine.sampler import SamplingParams
+from skyrl_engine.tasks import PromptRow, load_prompts
+
+
+def _gsm8k_rows(k: int) -> list[PromptRow]:
+    rows = []
+    for i in range(k):
+        raw = {"prompt": [{"role": "user", "content": f"{i}+{i}=?"}], "env_class": "gsm8k_multi_turn",
+               "reward_spec": {"method": "rule", "ground_truth": str(2 * i)}, "extra_info": {"max_turns": 3}}
+        rows.append(PromptRow(raw["prompt"], raw["env_class"], "gsm8k", str(2 * i), {k: v for k, v in raw.items() if k != "prompt"}))
+    return rows
+
+
+def _check_spans(worker, out):
+    """Turn spans tile the response; only assistant tokens carry loss; rewards are the turns' sum."""
+    s = out.samples
+    assert torch.all(out.loss_mask_BT <= s.response_mask_BT)
+    for b, columns in enumerate(out.sample_columns):
+        turns = json.loads(columns["turns"])
+        ids = s.response_ids_BT[b].tolist()
+        assert turns[0]["role"] == "assistant" and columns["num_turns"] == sum(t["role"] == "assistant" for t in turns)
+        for t in turns:
+            span = out.loss_mask_BT[b, t["token_start"]:t["token_end"]]
+            if t["role"] == "assistant":
+                assert bool(span.all())
+                assert worker.tokenizer.decode(ids[t["token_start"]:t["token_end"]], skip_special_tokens=True) == t["content"]
+            else:
+                assert not bool(span.any()) and t["content"] in worker.tokenizer.decode(ids[t["token_start"]:t["token_end"]])
+        assert out.rewards_B[b] == pytest.approx(sum(t["reward"] for t in turns if t["role"] == "assistant"))
+
+
+def test_gsm8k_multi_turn_episodes_mask_observations(tiny_model_dir):
+    worker = MultiTurnGeneratorWorker(tiny_model_dir, num_threads=1, max_turns=3)
+    out = worker.generate(_gsm8k_rows(2), 3, SamplingParams(max_generate_length=6), seed=0)
+    assert len(out.rewards_B) == 6
+    assert out.metrics["generate/avg_num_turns"] > 1 and out.metrics["generate/max_num_turns"] <= 3
+    assert "reward/turn_1/avg_reward" in out.metrics and out.metrics["generate/avg_env_tokens"] > 0
+    _check_spans(worker, out)
+    # the observation is rendered as the chat template continues a conversation
+    obs = worker.observation_ids([{"role": "user", "content": "hi"}])
+    assert worker.tokenizer.decode(obs, skip_special_tokens=False) == "<|user|>hi<|im_end|><|assistant|>"
+
+
+def test_text2sql_episodes_run_sql_against_the_spider_layout(tiny_model_dir, text2sql_data):
+    rows = load_prompts([text2sql_data["train"]], "text2sql")[:3]
+    assert rows[0].extras["db_id"] in ("concert", "pets") and rows[0].extras["data"] == "spider"
+    worker = MultiTurnGeneratorWorker(tiny_model_dir, num_threads=1, max_turns=2,
+                                      env_configs={"text2sql": {"db_path": text2sql_data["db_path"]}})
+    out = worker.generate(rows, 2, SamplingParams(max_generate_length=8), seed=1)
+    _check_spans(worker, out)
+    turns = [json.loads(c["turns"]) for c in out.sample_columns]
+    # a random policy never writes <solution>: the env answers with its format reminder and the episode goes on
+    assert any("<observation>" in t["content"] for ts in turns for t in ts if t["role"] == "user")
+    assert set(out.rewards_B) <= {-1.0, 0.0, 1.0}
+
+
+def test_worker_class_follows_max_turns(monkeypatch):
+    from skyrl_engine.generator import GeneratorWorker
+
+    from skyrl_nb.config import load_config
+
+    assert generator_worker_class(load_config("quickstart")) is GeneratorWorker
+    assert generator_worker_class(load_config("quickstart", ["generator.max_turns=3"])) is MultiTurnGeneratorWorker
+    monkeypatch.setenv("SKYRL_NB_SEARCH_URL", "http://127.0.0.1:9/retrieve")
+    assert env_configs_from_environ() == {"search": {"search_url": "http://127.0.0.1:9/retrieve"}}
+
+
+def test_builtin_text2sql_task_is_skyrl_format_and_scores_with_the_env():
+    from skyrl_engine.models import warm_start_answer
+    from skyrl_engine.multiturn import env_config_for
+    from skyrl_engine.tasks import make_env
+
+    rows = load_prompts(["builtin://text2sql/test"])
+    assert len(rows) == 16 and {r.env_class for r in rows} == {"text2sql"}
+    row = rows[0]
+    assert warm_start_answer(row).startswith("<think>") and row.ground_truth.startswith("SELECT")
+    env = make_env("text2sql", row.extras, env_config_for("text2sql", {}))  # the built-in databases in the cache
+    env.init(row.prompt)
+    out = env.step(f"<think>ok</think><solution>{row.ground_truth}</solution>")
+    assert out["done"] and out["reward"] == 1.0
+    env = make_env("text2sql", row.extras, env_config_for("text2sql", {}))
+    env.init(row.prompt)
+    out = env.step(f"<think>look</think><sql>{row.ground_truth}</sql>")
+    assert not out["done"] and "<observation>" in out["observations"][0]["content"]
