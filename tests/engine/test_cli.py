@@ -53,8 +53,13 @@ def _cli(run_root: Path, run_id: str, model: str, *extra: str) -> subprocess.Pop
     return subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _finish(proc: subprocess.Popen, timeout: float = 400) -> str:
-    out, _ = proc.communicate(timeout=timeout)
+def _finish(proc: subprocess.Popen, timeout: float = 600) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the run did not finish in {timeout}s:\n{out[-4000:]}")
     assert proc.returncode == 0, out[-4000:]
     return out
 
