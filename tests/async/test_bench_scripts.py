@@ -1,0 +1,45 @@
+"""The benchmark scripts that need no vLLM or TRL env: the GPU check's CPU smoke run, the plot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_on_cpu(tmp_path) -> None:
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--tiny", "--steps", "1",
+         "--threads", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    for key in ("generate_tokens_per_s", "train_tokens_per_s", "step_s", "sync_weights_s", "params_m"):
+        assert report[key] > 0, key
+    assert report["dtype"] == "fp32" and report["device_name"] == "cpu"
+
+
+def test_plot_draws_every_panel(tmp_path) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import plot_benchmarks
+
+    (tmp_path / "async_vs_sync.json").write_text(json.dumps(
+        {"steps": 5, "speedup_steps_per_s": 1.5, "sync": {"steps_per_s": 2.0}, "one_step": {"steps_per_s": 3.0}}))
+    (tmp_path / "sampler_vs_vllm.json").write_text(json.dumps(
+        {"prompts": 16, "n": 8, "tokens": 32, "threads": 1, "vllm_over_torch": 0.5,
+         "torch": {"tokens_per_s": 1000.0}, "vllm": {"tokens_per_s": 500.0}}))
+    (tmp_path / "vs_trl.json").write_text(json.dumps(
+        {"steps": 3, "tokens_per_s_ratio": 2.0, "skyrl_nb": {"tokens_per_s": 200.0, "reward_last": 0.5},
+         "trl": {"tokens_per_s": 100.0, "reward_last": 0.4}, "rewards": {"skyrl_nb": [0.1, 0.3, 0.5], "trl": [0.1, 0.2, 0.4]}}))
+    svg = plot_benchmarks.draw(tmp_path)
+    assert svg.startswith("<svg") and svg.count("<rect") == 7 and svg.count("<polyline") == 2
+    assert "1.50x steps/s" in svg and "2.00x tokens/s" in svg
+    assert plot_benchmarks.draw(tmp_path / "missing").count("<rect") == 1  # background only
