@@ -16,6 +16,7 @@ from skyrl_engine.__main__ import main
 SMALL = [
     "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4", "trainer.micro_train_batch_size_per_gpu=16",
     "generator.n_samples_per_prompt=4", "generator.sampling_params.max_generate_length=4",
+    "generator.eval_sampling_params.max_generate_length=4",
     "trainer.eval_interval=0", "trainer.eval_before_train=false", "trainer.num_threads=1",
     "trainer.policy.optimizer_config.lr=1e-3",
 ]

@@ -27,6 +27,7 @@ def _cfg(tmp_path, model_dir, *extra):
         "generator.n_samples_per_prompt=4", "trainer.max_training_steps=2", "trainer.eval_interval=2",
         "trainer.eval_batch_size=16", "trainer.ckpt_interval=1", "trainer.num_threads=1",
         "generator.sampling_params.max_generate_length=4", "trainer.policy.optimizer_config.lr=1e-3",
+        "generator.eval_sampling_params.max_generate_length=4",
         *extra,
     ])
 
