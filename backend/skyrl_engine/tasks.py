@@ -159,6 +159,10 @@ def read_rows(path: str) -> list[dict[str, Any]]:
     """The raw rows of one dataset path (a file or ``builtin://arithmetic/{train,test}``)."""
     if path.startswith(BUILTIN_PREFIX):
         name = path[len(BUILTIN_PREFIX) :]
+        if name.startswith("text2sql/"):  # multi-turn text2sql on built-in SQLite files (text2sql_data.py)
+            from skyrl_engine.text2sql_data import text2sql_rows
+
+            return text2sql_rows(name.split("/", 1)[1])
         match = re.fullmatch(r"arithmetic/(\w+)", name)
         if not match:
             raise ValueError(f"{path}: unknown built-in dataset; allowed: builtin://arithmetic/train, builtin://arithmetic/test")
