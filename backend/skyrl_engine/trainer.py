@@ -50,11 +50,12 @@ class LocalWorkers:
     """Generator and policy in this process (separate model copies, synced by state dict)."""
 
     def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
-        from skyrl_engine.generator import GeneratorWorker
+        from skyrl_engine.multiturn import generator_worker_class, generator_worker_kwargs
         from skyrl_engine.policy import PolicyWorker
 
         self.policy = PolicyWorker(model_path, cfg, total_steps, num_threads)
-        self.generator = GeneratorWorker(model_path, num_threads, cfg.environment.env_class)
+        # the agent loop when generator.max_turns > 1 (multiturn.py)
+        self.generator = generator_worker_class(cfg)(model_path, num_threads, cfg.environment.env_class, **generator_worker_kwargs(cfg))
 
     def generate(self, rows, n, params, seed):
         return self.generator.generate(rows, n, params, seed)
