@@ -17,7 +17,8 @@ import shutil
 import tempfile
 from typing import Any
 
-from skyrl_engine.generator import GeneratorOutput, GeneratorWorker
+from skyrl_engine.generator import GeneratorOutput
+from skyrl_engine.multiturn import generator_worker_class, generator_worker_kwargs
 from skyrl_engine.policy import PolicyWorker, TrainBatch
 
 JOB_ENV_VARS = ("RAY_JOB_SUBMISSION_ID", "RAY_JOB_ID")
@@ -99,9 +100,9 @@ class RayWorkers:
         threads = cfg.trainer.num_threads or available_cpus()
         share = 0.5 if cfg.trainer.placement.colocate_all else 1.0
         policy_cls = ray.remote(num_cpus=share)(PolicyWorker)
-        generator_cls = ray.remote(num_cpus=share)(GeneratorWorker)
+        generator_cls = ray.remote(num_cpus=share)(generator_worker_class(cfg))  # multi-turn when max_turns > 1
         self.policy = policy_cls.remote(model_path, cfg, total_steps, threads)
-        self.generator = generator_cls.remote(model_path, threads, cfg.environment.env_class)
+        self.generator = generator_cls.remote(model_path, threads, cfg.environment.env_class, **generator_worker_kwargs(cfg))
         ray.get([self.policy.ping.remote(), self.generator.ping.remote()])
 
     def generate(self, rows, n, params, seed) -> GeneratorOutput:
