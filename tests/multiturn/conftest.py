@@ -60,8 +60,8 @@ SEARCH_CORPUS = [
 
 @pytest.fixture()
 def retriever():
-    """A BM25 retriever on loopback for one test; it would stop by itself after 60 s idle anyway."""
+    """A BM25 retriever on loopback for one test; it would stop by itself after 10 idle minutes anyway."""
     from skyrl_engine.retriever import RetrieverServer
 
-    with RetrieverServer(SEARCH_CORPUS, idle_timeout=60, max_lifetime=300) as server:
+    with RetrieverServer(SEARCH_CORPUS, idle_timeout=600, max_lifetime=1800) as server:
         yield server
