@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -87,7 +88,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory, chromium: Path) -> Iterator[La
     # no news / update pop-ups over the notebook
     (settings / "overrides.json").write_text(json.dumps({
         "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON"))}
+    # skyrl-nb's Ray temp dir and token: private and short (Ray's socket paths must stay < 108 chars)
+    nb_home = Path(tempfile.mkdtemp(prefix="snb-lab-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON", "SKYRL_NB_"))}
+    env.update(SKYRL_NB_CACHE_DIR=str(nb_home / "cache"), SKYRL_NB_CONFIG_DIR=str(nb_home / "config"))
+    # the engine's warm-started tiny model: the machine's cache, not a rebuild under the temp HOME
+    env["SKYRL_NB_CACHE"] = os.environ.get("SKYRL_NB_CACHE") or str(Path.home() / ".cache" / "skyrl-nb")
     env.update(HOME=str(home), JUPYTER_CONFIG_DIR=str(base / "jupyter-config"), JUPYTER_DATA_DIR=str(data_dir),
                JUPYTER_RUNTIME_DIR=str(base / "jupyter-runtime"), IPYTHONDIR=str(base / "ipython"),
                JUPYTERLAB_SETTINGS_DIR=str(base / "lab-user-settings"),
@@ -120,6 +126,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, chromium: Path) -> Iterator[La
                 server.api(f"/api/kernels/{kernel['id']}", method="DELETE")
         except Exception:
             pass
+        _stop_ray_head(nb_home)
         proc.terminate()
         try:
             proc.wait(timeout=15)
@@ -127,6 +134,19 @@ def lab(tmp_path_factory: pytest.TempPathFactory, chromium: Path) -> Iterator[La
             proc.kill()
         log.close()
         shutil.copy(base / "jupyter.log", _artifacts() / "jupyter.log")
+        shutil.rmtree(nb_home, ignore_errors=True)
+
+
+def _stop_ray_head(nb_home: Path) -> None:
+    """Stop the local Ray head a notebook started under `nb_home` (only that one), if it still runs."""
+    from skyrl_nb.cluster.local import local
+
+    try:
+        cluster = local(start=False, temp_dir=nb_home / "cache" / "ray", token_path=nb_home / "config" / "ray_token")
+        if cluster is not None:
+            cluster.shutdown()
+    except Exception as exc:  # teardown: report, do not mask the test's own result
+        print(f"could not stop the notebook's Ray head under {nb_home}: {exc}", file=sys.stderr)
 
 
 def _artifacts() -> Path:

@@ -1,0 +1,169 @@
+"""Small SVG chart widgets (anywidget, no build step) for the live dashboard.
+
+Why not plotly's `FigureWidget`: plotly 7.1 sends every data change as a transient message
+(`_py2js_restyle` set, then reset to None), while the state a new view draws from (`_widget_data`) is
+only refreshed when the figure itself is displayed. A figure shown inside a VBox and filled from a
+thread loses every update that arrives before its 5 MB ES module has loaded, and the bundle keeps one
+module-level model, so two figures on a page draw each other's data. Here the whole chart is one
+synced trait (`series`): a view that renders late, or a second view, draws everything there is.
+
+>>> chart = MetricChart(title="reward", clickable=True)
+>>> chart.series = [{"name": "reward mean", "colour": "#1f77b4", "kind": "line", "markers": True,
+...                  "clickable": True, "points": [[1, 0.2], [2, 0.4]]}]
+>>> chart.on_click(lambda step: print("clicked", step))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from skyrl_widgets.dashboard import (
+    EVAL_COLOUR,
+    PASS_COLOUR,
+    REWARD_COLOUR,
+    TIMING_PARTS,
+    TOKENS_COLOUR,
+    _band,
+)
+
+STATIC = Path(__file__).parent / "static"
+#: Most points one series sends to the browser (evenly thinned beyond that, last point kept).
+MAX_POINTS = 600
+
+
+class MetricChart(anywidget.AnyWidget):
+    """One SVG panel: lines (optionally with markers), a ±std band, stacked bars.
+
+    `series` is a list of dicts: `name`, `colour`, `kind` (`line` | `band` | `bar`), `points`
+    (`[[x, y], ...]`; for `band` `[[x, lo, hi], ...]`), optional `dash`, `markers`, `clickable`.
+    With `clickable`, a click in the plot sends the nearest clickable point's step to `on_click`
+    callbacks.
+    """
+
+    _esm = STATIC / "charts.js"
+    _css = STATIC / "charts.css"
+
+    title = traitlets.Unicode("").tag(sync=True)
+    series = traitlets.List(traitlets.Dict()).tag(sync=True)
+    height = traitlets.Int(210).tag(sync=True)
+    y_floor = traitlets.Float(None, allow_none=True).tag(sync=True)
+    clickable = traitlets.Bool(False).tag(sync=True)
+    selected_step = traitlets.Int(None, allow_none=True).tag(sync=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._click_callbacks: list[Callable[[int], None]] = []
+        self.on_msg(self._handle_message)
+
+    def on_click(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(step)` when a point is clicked in the browser."""
+        self._click_callbacks.append(callback)
+
+    def _handle_message(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
+        if not isinstance(content, dict) or content.get("event") != "click":
+            return
+        try:
+            step = int(content["step"])
+        except (KeyError, TypeError, ValueError):
+            return
+        self.selected_step = step
+        for callback in list(self._click_callbacks):
+            callback(step)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{s.get('name')}: {len(s.get('points', []))}" for s in self.series)
+        return f"MetricChart({self.title!r}, {counts or 'empty'})"
+
+    def _repr_html_(self) -> str:
+        """Plain HTML for renderers without widgets: the title and the point counts."""
+        import html
+
+        return f"<div>{html.escape(repr(self))}</div>"
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _thin(rows: list[list[Any]], limit: int = MAX_POINTS) -> list[list[Any]]:
+    if len(rows) <= limit:
+        return rows
+    stride = math.ceil(len(rows) / limit)
+    kept = rows[::stride]
+    if kept[-1] is not rows[-1]:
+        kept.append(rows[-1])
+    return kept
+
+
+def _points(xs: list[Any], *cols: list[Any]) -> list[list[Any]]:
+    rows = [[x, *vals] for x, *vals in zip(xs, *cols, strict=False) if all(_finite(v) for v in vals)]
+    return _thin(rows)
+
+
+def reward_series(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Reward panel: ±std band, mean (markers, clickable), pass@n (dotted, clickable)."""
+    steps = data["step"]
+    lo, hi = _band(data)
+    n = data.get("pass_n")
+    return [
+        {"name": "± std", "colour": REWARD_COLOUR, "kind": "band", "points": _points(steps, lo, hi)},
+        {"name": "reward mean", "colour": REWARD_COLOUR, "kind": "line", "markers": True, "clickable": True,
+         "points": _points(steps, data["reward_mean"])},
+        {"name": f"pass@{n}" if n else "pass@n", "colour": PASS_COLOUR, "kind": "line", "dash": "4 3",
+         "clickable": True, "points": _points(steps, data["pass_at"])},
+    ]
+
+
+def eval_series(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Eval panel: eval score per eval step, with markers."""
+    return [{"name": "eval", "colour": EVAL_COLOUR, "kind": "line", "markers": True,
+             "points": _points(data["eval_step"], data["eval_score"])}]
+
+
+def tokens_series(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Throughput panel: tokens per second."""
+    return [{"name": "tokens/s", "colour": TOKENS_COLOUR, "kind": "line",
+             "points": _points(data["step"], data["tokens_per_s"])}]
+
+
+def timing_series(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Step-time panel: one stacked bar series per timing part the run reports."""
+    out = []
+    for name, label, colour in TIMING_PARTS:
+        ys = data["timing"][name]
+        if any(v is not None for v in ys):
+            out.append({"name": label, "colour": colour, "kind": "bar",
+                        "points": _points(data["step"], [v or 0.0 for v in ys])})
+    return out
+
+
+#: The dashboard's panels: (key, title, series builder, y floor).
+PANELS: tuple[tuple[str, str, Callable[[dict[str, Any]], list[dict[str, Any]]], float | None], ...] = (
+    ("reward", "reward (mean ± std, pass@n) · click a point", reward_series, None),
+    ("eval", "eval score", eval_series, None),
+    ("tokens", "tokens / s", tokens_series, 0.0),
+    ("timing", "step time (s)", timing_series, 0.0),
+)
+
+
+def make_charts(data: dict[str, Any] | None = None) -> dict[str, MetricChart]:
+    """The four dashboard panels as `MetricChart`s keyed reward / eval / tokens / timing."""
+    charts = {key: MetricChart(title=title, y_floor=floor, clickable=key == "reward")
+              for key, title, _, floor in PANELS}
+    if data is not None:
+        update_charts(charts, data)
+    return charts
+
+
+def update_charts(charts: dict[str, MetricChart], data: dict[str, Any]) -> None:
+    """Push `data` (the `empty_series` layout) to the charts; unchanged panels send nothing."""
+    for key, _, build, _ in PANELS:
+        series = build(data)
+        if series != charts[key].series:
+            charts[key].series = series
