@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ def _part_name(step: int) -> str:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # pid and thread in the name: a heartbeat thread and the main loop may both write status.json
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with tmp.open("w") as f:
         f.write(text)
         f.flush()
@@ -110,6 +112,15 @@ class RunWriter:
         self._status["heartbeat"] = time.time()
         _atomic_write_text(self.run_dir / "status.json", json.dumps(self._status))
         return dict(self._status)
+
+    def reset(self) -> None:
+        """Start the run over: forget metrics, events, trajectories and status (checkpoints are kept)."""
+        for name in ("metrics.jsonl", "events.jsonl", "status.json"):
+            (self.run_dir / name).unlink(missing_ok=True)
+        for part in self.trajectory_dir.iterdir():
+            part.unlink(missing_ok=True)
+        self._status = {"state": "pending", "step": 0, "total_steps": None, "heartbeat": None,
+                        "started_at": None, "ended_at": None, "error": None, "pid": None}
 
     def heartbeat(self) -> None:
         self.set_status()
