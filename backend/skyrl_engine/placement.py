@@ -339,7 +339,9 @@ def _fmt_resources(resources: Mapping[str, float]) -> str:
     return ", ".join(f"{_fmt(v)} {k}" for k, v in sorted(resources.items())) or "nothing"
 
 
-def start_private_ray(num_cpus: int, temp_dir: str | None = None, attempts: int = 3) -> str:
+def start_private_ray(
+    num_cpus: int, temp_dir: str | None = None, attempts: int = 3, log_to_driver: bool = False
+) -> str:
     """Start a private local Ray cluster in this process (tests, benchmarks); return its temp dir.
 
     Own short temp dir (Ray's socket paths have a length limit), no dashboard, token auth off. On a
@@ -368,7 +370,7 @@ def start_private_ray(num_cpus: int, temp_dir: str | None = None, attempts: int 
                 include_dashboard=False,
                 _temp_dir=temp_dir,
                 configure_logging=False,
-                log_to_driver=False,
+                log_to_driver=log_to_driver,
             )
             return temp_dir
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception on a start-up timeout

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from typing import Any
 
 from skyrl_engine.generator import GeneratorOutput
@@ -66,29 +65,10 @@ def connect(num_cpus: int | None = None) -> RayConnection:
     if is_submitted_job():
         ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=True)
         return RayConnection("joined")
-    # A by-hand run: a short temp path (Ray's socket paths have a length limit).
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    for attempt in range(1, START_ATTEMPTS + 1):
-        temp_dir = tempfile.mkdtemp(prefix="skyrl-ray-", dir="/tmp")
-        try:
-            ray.init(
-                address="local",
-                num_cpus=num_cpus or available_cpus(),
-                num_gpus=0,
-                include_dashboard=False,
-                _temp_dir=temp_dir,
-                log_to_driver=True,
-                configure_logging=False,
-            )
-            return RayConnection("local", temp_dir)
-        except Exception as err:
-            # On a saturated machine Ray's node can miss its fixed 30 s start-up window; try again.
-            ray.shutdown()
-            shutil.rmtree(temp_dir, ignore_errors=True)
-            if attempt == START_ATTEMPTS or "timed out during startup" not in str(err):
-                raise
-            print(f"[skyrl_engine] local Ray did not start ({err}); retrying", flush=True)
-    raise AssertionError("unreachable")
+    from skyrl_engine.placement import start_private_ray
+
+    temp_dir = start_private_ray(num_cpus or available_cpus(), attempts=START_ATTEMPTS, log_to_driver=True)
+    return RayConnection("local", temp_dir)
 
 
 class RayWorkers:
