@@ -78,10 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     params = {"max_training_steps": args.steps, "run_root": str(args.run_root.resolve()), "run_id": run_id,
               "keep_cluster": args.keep_cluster}
     error = None
+    start = time.monotonic()
     try:
-        wall = run_quickstart(args.out, params)
+        run_quickstart(args.out, params)
     except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
-        wall, error = float("nan"), exc
+        error = exc
+    wall = time.monotonic() - start
     size_kb = args.out.stat().st_size / 1024 if args.out.exists() else 0.0
     s = summarize(args.run_root / run_id) if (args.run_root / run_id).exists() else {
         "state": "not started", "steps": 0, "reward_first": float("nan"), "reward_last": float("nan")}
