@@ -377,7 +377,7 @@ def preset(name: str) -> JobConfig:
     """The named preset as a validated config (see ``PRESETS``)."""
     if name not in PRESETS:
         raise ConfigError([f"preset: {name!r} is not a preset; allowed: {', '.join(PRESETS)}"
-                           + _did_you_mean(name, list(PRESETS))])
+                           + did_you_mean(name, list(PRESETS))])
     return load_config(copy.deepcopy(PRESETS[name]))
 
 
@@ -409,7 +409,7 @@ def load_config(
             base = _parse_yaml_mapping(path.read_text(), text)
         else:
             raise ConfigError([f"config: {text!r} is neither a preset ({', '.join(PRESETS)}) nor a YAML file"
-                               + _did_you_mean(text, list(PRESETS))])
+                               + did_you_mean(text, list(PRESETS))])
     problems: list[str] = []
     for key, value in _parse_overrides(overrides, problems):
         _set_dotted(base, key, value, problems)
@@ -529,10 +529,10 @@ def _unknown_keys(tree: dict[str, Any], model: type[BaseModel] = JobConfig, pref
 
 
 def _unknown_key_message(key: str) -> str:
-    return f"{key}: unknown key" + _did_you_mean(key, all_keys())
+    return f"{key}: unknown key" + did_you_mean(key, all_keys())
 
 
-def _did_you_mean(word: str, choices: list[str]) -> str:
+def did_you_mean(word: str, choices: list[str]) -> str:
     leaf = word.rsplit(".", 1)[-1]
     same_leaf = [c for c in choices if c.rsplit(".", 1)[-1] == leaf and c != word]
     if same_leaf:  # ``trainer.lr`` → the one key whose last part is ``lr``, nearest path first
@@ -571,7 +571,7 @@ def _choice(key: str, value: str, allowed: tuple[str, ...]) -> list[str]:
     if value in allowed:
         return []
     return [f"{key}: {value!r} is not allowed; allowed: {', '.join(allowed)}"
-            + _did_you_mean(str(value), list(allowed))]
+            + did_you_mean(str(value), list(allowed))]
 
 
 def _registry_checks(cfg: JobConfig) -> list[str]:

@@ -85,10 +85,10 @@ class SkyrlMagics(Magics):
             raise UsageError("%skyrl: " + _one_line(str(err))) from None
         command = args.command
         if command not in COMMANDS:
-            from skyrl_nb.config import _did_you_mean
+            from skyrl_nb.config import did_you_mean
 
             raise UsageError(f"%skyrl: unknown command {command!r}; commands: {', '.join(COMMANDS)}"
-                             + _did_you_mean(command, list(COMMANDS)))
+                             + did_you_mean(command, list(COMMANDS)))
         if cell is not None and command != "launch":
             raise UsageError(f"%%skyrl {command}: only `launch` takes a cell body (YAML overrides)")
         if command != "launch" and (args.preset or args.cluster or args.run_id):
