@@ -91,3 +91,36 @@ def test_builtin_text2sql_task_is_skyrl_format_and_scores_with_the_env():
     env.init(row.prompt)
     out = env.step(f"<think>look</think><sql>{row.ground_truth}</sql>")
     assert not out["done"] and "<observation>" in out["observations"][0]["content"]
+
+
+def test_search_episode_queries_the_retriever_and_stores_its_answer(tiny_model_dir, retriever, monkeypatch):
+    """A scripted policy (search, then answer) through the real loop, env, tool and HTTP retriever."""
+    import skyrl_engine.sampler as sampler_module
+
+    worker = MultiTurnGeneratorWorker(tiny_model_dir, num_threads=1, max_turns=3,
+                                      env_configs={"search": {"search_url": retriever.url, "timeout": 5}})
+    real_sample = sampler_module.sample
+    script = ["<search>capital of France</search>", "<answer>Paris</answer>"]
+
+    def scripted(model, prompts, params, eos_id, pad_id, generator=None):
+        out = real_sample(model, prompts, params, eos_id, pad_id, generator)
+        turn = sum(1 for t in prompts[0] if t == worker.tokenizer.convert_tokens_to_ids("<|assistant|>")) - 1
+        ids = worker.tokenizer.encode(script[turn], add_special_tokens=False) + [eos_id]
+        B = len(prompts)
+        out.response_ids_BT = torch.tensor([ids] * B)
+        out.response_mask_BT = torch.ones((B, len(ids)), dtype=torch.long)
+        out.logprobs_BT = torch.full((B, len(ids)), -0.1)
+        out.finish_reasons = ["stop"] * B
+        return out
+
+    monkeypatch.setattr(sampler_module, "sample", scripted)
+    row = PromptRow([{"role": "user", "content": "Q: capital of France?"}], "search", "nq", {"target": ["Paris"]},
+                    {"data_source": "nq", "reward_spec": {"method": "rule", "ground_truth": {"target": ["Paris"]}},
+                     "max_turns": 3})
+    out = worker.generate([row], 2, SamplingParams(max_generate_length=8), seed=0)
+    assert retriever.requests == 2 and out.rewards_B == [1.0, 1.0]
+    turns = json.loads(out.sample_columns[0]["turns"])
+    assert [t["role"] for t in turns] == ["assistant", "user", "assistant"]
+    assert "<information>" in turns[1]["content"] and "Paris is the capital of France." in turns[1]["content"]
+    assert out.metrics["generate/avg_num_turns"] == 2
+    _check_spans(worker, out)
