@@ -17,16 +17,14 @@ for extra in (REPO, REPO / "widgets", HERE):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-#: Fake AWS credentials: the secret key must never show up in any output (test_hyperpod_zz_secrets).
-FAKE_ACCESS_KEY = "AKIAFAKEHYPERPODTEST"
-FAKE_SECRET_KEY = "fakeSecretKey/HyperPod+Test0123456789abcdEFGH"
-REGION = "us-west-2"
-
-#: Secrets seen during the session (Ray tokens the fake operator generated, the AWS secret key).
-SEEN_SECRETS: set[str] = {FAKE_SECRET_KEY}
-#: Captured stdout/stderr/log text and failure reports of every hyperpod test so far.
-OUTPUTS: list[tuple[str, str]] = []
-LOG_FILE = Path(os.environ.get("SKYRL_NB_HYPERPOD_TEST_LOG", "/tmp/skyrl-nb-hyperpod-tests.log"))
+from hyperpod_common import (  # noqa: E402  (after the sys.path set-up above)
+    FAKE_ACCESS_KEY,
+    FAKE_SECRET_KEY,
+    LOG_FILE,
+    OUTPUTS,
+    REGION,
+    SEEN_SECRETS,
+)
 
 
 def shared_dir() -> Path:

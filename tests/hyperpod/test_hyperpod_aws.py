@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from botocore.stub import Stubber
-from conftest import REGION
+from hyperpod_common import REGION
 
 from skyrl_nb.cluster.hyperpod import (
     HyperPodError,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from botocore.stub import Stubber
-from conftest import REGION
+from hyperpod_common import REGION
 from test_hyperpod_aws import EKS_ARN, ROLE, _describe, _node, _SessionWith
 
 from skyrl_nb.cluster.hyperpod import hyperpod

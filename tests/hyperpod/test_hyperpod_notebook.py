@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 import yaml
-from conftest import OUTPUTS, REPO
+from hyperpod_common import OUTPUTS, REPO
 
 NOTEBOOK = REPO / "notebooks" / "hyperpod_quickstart.ipynb"
 #: Where the executed notebook is kept for the secret scan (test_hyperpod_zz_secrets).

@@ -13,7 +13,7 @@ import hmac
 import urllib.parse
 from typing import Any
 
-from conftest import FAKE_ACCESS_KEY, FAKE_SECRET_KEY, REGION
+from hyperpod_common import FAKE_ACCESS_KEY, FAKE_SECRET_KEY, REGION
 
 from skyrl_nb.cluster.kube import EksTokenSource, eks_token
 

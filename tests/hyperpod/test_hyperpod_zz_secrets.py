@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import LOG_FILE, OUTPUTS, REGION, SEEN_SECRETS
+from hyperpod_common import LOG_FILE, OUTPUTS, REGION, SEEN_SECRETS
 from test_hyperpod_notebook import SAVED
 
 
