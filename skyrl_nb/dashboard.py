@@ -5,8 +5,10 @@
 >>> dash.wait()                   # block until the job ends (the widget keeps updating)
 >>> dash.on_step_click(lambda step: print(step))
 
-A daemon thread calls `RunReader.poll()` at most twice a second and pushes new points in one
-`batch_update`, so the kernel stays free.
+A daemon thread calls `RunReader.poll()` at most twice a second and pushes new points to the
+four SVG chart widgets (`skyrl_widgets.charts`), so the kernel stays free. Each chart's whole data
+is one synced trait, so a view that renders late still draws every point (plotly's FigureWidget
+lost updates sent before its view loaded; see `skyrl_widgets.charts`).
 
 Widget or static? `static=None` (the default) decides with `widget_frontend()`:
 `SKYRL_NB_STATIC=1` forces the static figure, `SKYRL_NB_STATIC=0` the widget. Otherwise the widget
@@ -207,7 +209,7 @@ class Dashboard:
         self._job_checked = 0.0
         self._display_handle: Any = None
         self._widget: Any = None
-        self._fig: Any = None
+        self._charts: dict[str, Any] = {}
         self._progress: Any = None
         self._header: Any = None
 
@@ -331,47 +333,40 @@ class Dashboard:
     def on_step_click(self, callback: Callable[[int], None]) -> None:
         """Call `callback(step)` when a point of the reward curve is clicked (widget mode)."""
         self._callbacks.append(callback)
-        if self._fig is not None:
-            self._hook_clicks()
 
-    def _hook_clicks(self) -> None:
-        from skyrl_widgets.dashboard import T_PASS, T_REWARD
-
-        def handler(trace: Any, points: Any, state: Any) -> None:
-            for x in points.xs[:1]:
-                for cb in list(self._callbacks):
-                    cb(int(x))
-
-        for idx in (T_REWARD, T_PASS):
-            self._fig.data[idx].on_click(handler, append=False)
+    def _step_clicked(self, step: int) -> None:
+        for callback in list(self._callbacks):
+            callback(step)
 
     # -- rendering ----------------------------------------------------------------------------
 
     def widget(self) -> Any:
-        """The ipywidgets box (header, progress bar, figure), made on first use."""
+        """The ipywidgets box (header, progress bar, four chart panels), made on first use."""
         if self._widget is None:
             import ipywidgets as w
-            from skyrl_widgets.dashboard import make_figure
+            from skyrl_widgets.charts import make_charts
 
             self._header = w.HTML()
             self._progress = w.IntProgress(min=0, max=1, value=0, layout=w.Layout(width="40%"))
-            self._fig = make_figure()
-            self._widget = w.VBox([w.HBox([self._progress, self._header]), self._fig])
-            if self._callbacks:
-                self._hook_clicks()
+            self._charts = make_charts()
+            self._charts["reward"].on_click(self._step_clicked)
+            grid = w.GridBox(list(self._charts.values()),
+                             layout=w.Layout(grid_template_columns="repeat(2, minmax(300px, 1fr))", width="100%"))
+            self._widget = w.VBox([w.HBox([self._progress, self._header]), grid])
             self._render()
         return self._widget
 
     def _render(self) -> None:
         if self._widget is None:
             return
-        from skyrl_widgets.dashboard import progress_html, update_figure
+        from skyrl_widgets.charts import update_charts
+        from skyrl_widgets.dashboard import progress_html
 
         self._header.value = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error)
         self._progress.max = max(1, self.total_steps or self.step or 1)
         self._progress.value = min(self.step, self._progress.max)
         self._progress.bar_style = {"succeeded": "success", "failed": "danger"}.get(self.state, "info")
-        update_figure(self._fig, self.series.data)
+        update_charts(self._charts, self.series.data)
 
     def to_svg(self) -> str:
         """The dashboard as a standalone SVG (what static mode shows)."""

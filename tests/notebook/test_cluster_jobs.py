@@ -96,7 +96,7 @@ def test_dashboard_gains_points_while_job_runs(ray_cluster: Any, tmp_path: Path)
     running_points = [p for p, state in seen if state == "running" and p > 0]
     assert running_points and min(running_points) < 12, f"no points while running: {seen[-10:]}"
     assert len(set(running_points)) >= 2, "the curve did not grow while the job ran"
-    assert dash.points == 12 and len(dash._fig.data[2].x) == 12
+    assert dash.points == 12 and len(dash._charts["reward"].series[1]["points"]) == 12
     # The picture in the README comes from here.
     docs = Path(__file__).resolve().parents[2] / "docs" / "dashboard.svg"
     dash.save(docs)

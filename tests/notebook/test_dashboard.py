@@ -60,25 +60,22 @@ def test_failed_run_shows_last_error(tmp_path: Path) -> None:
 
 
 def test_widget_gets_points_and_progress(tmp_path: Path) -> None:
-    from skyrl_widgets.dashboard import T_EVAL, T_REWARD, T_TIMING0
-
     from skyrl_nb.dashboard import Dashboard
 
     write_run(tmp_path / "r", 12)
     dash = Dashboard(tmp_path / "r", static=False)
     box = dash.widget()
     dash.refresh()
-    fig = dash._fig
-    assert list(fig.data[T_REWARD].x) == list(range(1, 13))
-    assert list(fig.data[T_EVAL].x) == [0, 10]
-    assert fig.data[T_TIMING0].visible is True and fig.data[T_TIMING0 + 4].visible is False  # no wait_for_batch
+    reward = {s["name"]: s for s in dash._charts["reward"].series}
+    assert [p[0] for p in reward["reward mean"]["points"]] == list(range(1, 13))
+    assert [p[0] for p in dash._charts["eval"].series[0]["points"]] == [0, 10]
+    timing = [s["name"] for s in dash._charts["timing"].series]
+    assert "generate" in timing and "wait for batch" not in timing  # the run reports no wait_for_batch
     assert dash._progress.value == 12 and dash._progress.max == 12
     assert box is dash.widget()
 
 
 def test_on_step_click_gets_the_step(tmp_path: Path) -> None:
-    from skyrl_widgets.dashboard import T_REWARD
-
     from skyrl_nb.dashboard import Dashboard
 
     write_run(tmp_path / "r", 5)
@@ -87,15 +84,14 @@ def test_on_step_click_gets_the_step(tmp_path: Path) -> None:
     dash.on_step_click(clicked.append)
     dash.widget()
     dash.refresh()
-    # What the plotly front end sends when a point is clicked.
-    dash._fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
-        "xs": [3], "ys": [0.5], "point_indexes": [2], "trace_indexes": [T_REWARD]}}
+    chart = dash._charts["reward"]
+    # What the reward chart's front end (skyrl_widgets/static/charts.js) sends when a point is clicked.
+    chart._handle_message(chart, {"event": "click", "step": 3}, [])
     assert clicked == [3]
     late: list[int] = []
     dash.on_step_click(late.append)  # registered after the widget exists
-    dash._fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
-        "xs": [5], "ys": [0.6], "point_indexes": [4], "trace_indexes": [T_REWARD]}}
-    assert clicked == [3, 5] and late == [5]
+    chart._handle_message(chart, {"event": "click", "step": 5}, [])
+    assert clicked == [3, 5] and late == [5] and chart.selected_step == 5
 
 
 def test_follow_thread_sees_rows_as_they_come(tmp_path: Path) -> None:

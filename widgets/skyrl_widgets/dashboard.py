@@ -1,4 +1,6 @@
-"""Dashboard views: a plotly FigureWidget for live use and a small SVG for places without widgets.
+"""Dashboard views: the series layout, the header line, and a small SVG for places without widgets.
+
+The live panels are `skyrl_widgets.charts.MetricChart` widgets (SVG drawn in the browser).
 
 Views only: data arrives as a `series` dict (see `empty_series`), built by `skyrl_nb.dashboard`.
 
@@ -27,11 +29,6 @@ PASS_COLOUR = "#2ca02c"
 EVAL_COLOUR = "#d62728"
 TOKENS_COLOUR = "#9467bd"
 
-# Trace order in the FigureWidget (update_figure relies on it).
-T_BAND_LO, T_BAND_HI, T_REWARD, T_PASS, T_EVAL, T_TOKENS = range(6)
-T_TIMING0 = 6
-
-
 def empty_series() -> dict[str, Any]:
     """The dict the views draw: one list per curve, all aligned on `step` except eval."""
     return {
@@ -52,62 +49,6 @@ def _band(series: dict[str, Any]) -> tuple[list[float | None], list[float | None
             lo.append(m - s)
             hi.append(m + s)
     return lo, hi
-
-
-# ----------------------------------------------------------------------------- plotly (live)
-
-
-def make_figure(series: dict[str, Any] | None = None, height: int = 520) -> Any:
-    """A `plotly.graph_objects.FigureWidget` with the four panels (empty or filled from `series`)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.1, vertical_spacing=0.16,
-                        subplot_titles=("reward", "eval score", "tokens / s", "step time (s)"))
-    line = {"width": 2}
-    fig.add_trace(go.Scatter(x=[], y=[], mode="lines", line={"width": 0}, showlegend=False,
-                             hoverinfo="skip", name="reward - std"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=[], y=[], mode="lines", line={"width": 0}, fill="tonexty",
-                             fillcolor="rgba(31,119,180,0.18)", name="± std", hoverinfo="skip"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=[], y=[], mode="lines+markers", marker={"size": 4}, line=line | {"color": REWARD_COLOUR},
-                             name="reward mean"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=[], y=[], mode="lines", line=line | {"color": PASS_COLOUR, "dash": "dot"},
-                             name="pass@n"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=[], y=[], mode="lines+markers", line=line | {"color": EVAL_COLOUR},
-                             name="eval"), row=1, col=2)
-    fig.add_trace(go.Scatter(x=[], y=[], mode="lines", line=line | {"color": TOKENS_COLOUR},
-                             name="tokens/s"), row=2, col=1)
-    for _, label, colour in TIMING_PARTS:
-        fig.add_trace(go.Bar(x=[], y=[], name=label, marker_color=colour, visible=False), row=2, col=2)
-    fig.update_layout(barmode="stack", height=height, margin={"l": 40, "r": 10, "t": 40, "b": 30},
-                      legend={"orientation": "h", "y": -0.12}, template="plotly_white", bargap=0.05)
-    for r, c in ((1, 1), (1, 2), (2, 1), (2, 2)):
-        fig.update_xaxes(title_text="step", title_standoff=2, row=r, col=c)
-    widget = go.FigureWidget(fig)
-    if series is not None:
-        update_figure(widget, series)
-    return widget
-
-
-def update_figure(fig: Any, series: dict[str, Any]) -> None:
-    """Replace every trace's data from `series` in one `batch_update` (one message to the front end)."""
-    steps = series["step"]
-    lo, hi = _band(series)
-    with fig.batch_update():
-        data = fig.data
-        data[T_BAND_LO].x, data[T_BAND_LO].y = steps, lo
-        data[T_BAND_HI].x, data[T_BAND_HI].y = steps, hi
-        data[T_REWARD].x, data[T_REWARD].y = steps, series["reward_mean"]
-        n = series.get("pass_n")
-        data[T_PASS].x, data[T_PASS].y = steps, series["pass_at"]
-        data[T_PASS].name = f"pass@{n}" if n else "pass@n"
-        data[T_EVAL].x, data[T_EVAL].y = series["eval_step"], series["eval_score"]
-        data[T_TOKENS].x, data[T_TOKENS].y = steps, series["tokens_per_s"]
-        for i, (name, _, _) in enumerate(TIMING_PARTS):
-            ys = series["timing"][name]
-            trace = data[T_TIMING0 + i]
-            trace.x, trace.y = steps, ys
-            trace.visible = any(v is not None for v in ys)
 
 
 def progress_html(state: str, step: int, total: int | None, eta_s: float | None, error: str | None) -> str:
