@@ -30,7 +30,7 @@ browser-deps:
 	@bash scripts/install-browser.sh
 
 test: $(VENV)/.stamp-dev browser-deps
-	$(BIN)/python -m pytest -q -ra tests
+	$(BIN)/python -m pytest -q -ra --durations=30 -p no:cacheprovider tests
 
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check .
