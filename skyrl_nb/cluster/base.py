@@ -8,7 +8,6 @@ resources), so the kernel never joins the cluster and never imports torch.
 from __future__ import annotations
 
 import html
-import json
 import os
 import re
 import shlex
@@ -26,57 +25,20 @@ META_RUN_ID = "skyrl_nb_run_id"
 META_RUN_DIR = "skyrl_nb_run_dir"
 META_ATTEMPT = "skyrl_nb_attempt"
 
-STUDIO_METADATA = "/opt/ml/metadata/resource-metadata.json"
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
-# ----------------------------------------------------------------------------- Studio detection
-
-
-def _studio_metadata() -> dict[str, Any] | None:
-    """SageMaker Studio's resource metadata, or None outside Studio.
-
-    `SKYRL_NB_STUDIO_METADATA` points at another file (tests); `SKYRL_NB_STUDIO=0` turns detection off.
-    """
-    if os.environ.get("SKYRL_NB_STUDIO", "").lower() in ("0", "false", "no"):
-        return None
-    path = Path(os.environ.get("SKYRL_NB_STUDIO_METADATA", STUDIO_METADATA))
-    if path.is_file():
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return {}
-    if os.environ.get("SAGEMAKER_SPACE_NAME") or os.environ.get("SKYRL_NB_STUDIO", "").lower() in ("1", "true"):
-        return {}
-    return None
+# ----------------------------------------------------------------------------- Studio
 
 
 def studio_proxy_url(port: int) -> str | None:
     """The URL under which Studio's Jupyter proxy serves `port` on this host, or None outside Studio.
 
-    Uses `skyrl_nb.studio.proxy_url(port)` when that module exists (richer detection); otherwise
-    reads `/opt/ml/metadata/resource-metadata.json`. With a domain id and a region the URL is
-    absolute (`https://<domain>.studio.<region>.sagemaker.aws/jupyterlab/default/proxy/<port>/`),
-    else the same-origin path `/jupyterlab/default/proxy/<port>/`.
+    Detection lives in `skyrl_nb.studio` (resource-metadata file and environment).
     """
-    try:
-        from skyrl_nb import studio  # type: ignore[attr-defined]
-    except ImportError:
-        studio = None
-    if studio is not None and hasattr(studio, "proxy_url"):
-        return studio.proxy_url(port)
-    meta = _studio_metadata()
-    if meta is None:
-        return None
-    path = f"/jupyterlab/default/proxy/{port}/"
-    domain = meta.get("DomainId")
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    arn = str(meta.get("ResourceArn", ""))
-    if not region and arn.startswith("arn:aws:sagemaker:"):
-        region = arn.split(":")[3]
-    if domain and region:
-        return f"https://{domain}.studio.{region}.sagemaker.aws{path}"
-    return path
+    from skyrl_nb import studio
+
+    return studio.proxy_url(port)
 
 
 def display_dashboard_url(address: str) -> str:
