@@ -311,7 +311,7 @@ _QUICKSTART: dict[str, Any] = {
     "trainer": {
         "policy": {
             "model": {"path": "builtin://tiny-qwen2"},
-            "optimizer_config": {"lr": 1e-4, "weight_decay": 0.0, "max_grad_norm": 1.0},
+            "optimizer_config": {"lr": 4e-4, "weight_decay": 0.0, "max_grad_norm": 1.0},
         },
         "algorithm": {
             "advantage_estimator": "grpo",
@@ -321,17 +321,19 @@ _QUICKSTART: dict[str, Any] = {
         "train_batch_size": 16,
         "policy_mini_batch_size": 16,
         "micro_train_batch_size_per_gpu": 128,
-        "max_training_steps": 150,
+        "max_training_steps": 190,
         "ckpt_interval": 50,
         "max_ckpts_to_keep": 2,
         "resume_mode": "none",
-        "eval_interval": 25,
+        "eval_interval": 50,
         "eval_before_train": True,
         "eval_batch_size": 64,
+        "num_threads": 1,
     },
     "generator": {
         "n_samples_per_prompt": 8,
         "sampling_params": {"max_generate_length": 8, "temperature": 1.0},
+        "eval_sampling_params": {"max_generate_length": 8, "temperature": 0.0},
     },
     "environment": {"env_class": "arithmetic"},
 }
