@@ -21,7 +21,10 @@ def test_opens_a_finished_run_at_its_newest_step(finished_run):
     assert insp.has_token_data and insp._thread is None  # finished: no refresh thread
     assert "finished" in repr(insp) and "5 parts" in repr(insp)
     assert "Trajectories" in insp._repr_html_()
+    assert insp.static  # no widget front end here (plain pytest): a static line only
     data, _ = insp._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" not in data and "Trajectories" in data["text/html"]
+    data, _ = TrajectoryInspector(finished_run, static=False)._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in data and "text/html" in data
     assert len(insp.frame(2)) == 12
 

@@ -78,7 +78,11 @@ class TrajectoryInspector(anywidget.AnyWidget):
     error = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, run: Any, step: int | None = None, *, page_size: int = 8,
-                 auto_refresh: float | None = None, **kwargs: Any):
+                 auto_refresh: float | None = None, static: bool | None = None, **kwargs: Any):
+        from skyrl_nb.dashboard import widget_frontend
+
+        # as the dashboard: no widget output where no widget front end will draw it (papermill)
+        self.static = (not widget_frontend()) if static is None else static
         self.reader = run_reader(run)
         self.data = TrajectoryData(self.reader.run_dir, config=_safe_config(self.reader))
         self._lock = threading.RLock()
@@ -278,6 +282,8 @@ class TrajectoryInspector(anywidget.AnyWidget):
                 f"{v.get('samples', 0)} samples</div>")
 
     def _repr_mimebundle_(self, **kwargs: Any):
+        if self.static:
+            return {"text/html": self._repr_html_(), "text/plain": repr(self)}, {}
         bundle = super()._repr_mimebundle_(**kwargs)
         if isinstance(bundle, tuple):
             data, meta = bundle
