@@ -30,6 +30,9 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    # keep the page's timers and rendering running at full rate while the test only waits
+    "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
 ]
 
 
@@ -56,7 +59,8 @@ class Lab:
         return json.loads(body) if body else None
 
     def notebook_url(self, name: str) -> str:
-        return f"{self.url}/lab/tree/{name}?token={self.token}"
+        # `reset`: a fresh workspace, so a notebook an earlier test opened is not restored next to it
+        return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
 
 
 @pytest.fixture(scope="session")
