@@ -23,10 +23,11 @@ from lab_notebook import open_and_run_all, prompts
 
 pytestmark = [
     pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(420),
-    # passed its asserts up to the live-growth check when run alone; in the full group on the loaded
-    # machine the charts were not seen within 240 s (a restored workspace tab, fixed with `?reset`,
-    # not yet re-measured) and the page's timers did not run during the job: see the report
-    pytest.mark.xfail(strict=False, reason="not yet stable on the loaded 2-core machine"),
+    # Not yet reliable: on the loaded 2-core machine the page was not seen drawing points while the job
+    # ran (issue 4 stays open). Opt in to run it; an expected-failure mark would be a check that
+    # cannot fail.
+    pytest.mark.skipif(os.environ.get("SKYRL_NB_BROWSER_QUICKSTART") != "1",
+                       reason="opt-in (SKYRL_NB_BROWSER_QUICKSTART=1): real-run browser test not yet stable"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
