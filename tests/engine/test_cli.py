@@ -80,6 +80,9 @@ def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert "eval/all/avg_score" in last and last["timing/sync_weights"] > 0
     assert (run / "checkpoints" / "latest_ckpt_global_step.txt").read_text() == "3"
+    # the generator and trainer ran as Ray actors, not in the in-process fallback
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if "local Ray did not start" in e.get("message", "")], events
 
 
 @pytest.mark.slow
