@@ -37,11 +37,24 @@ _HEADLESS_PARENTS = ("papermill", "nbconvert", "nbclient")
 # ----------------------------------------------------------------------------- front-end detection
 
 
-def _cmdline(pid: int) -> str:
+def _cmdline(pid: int) -> list[str]:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return ""
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _program(args: list[str]) -> list[str]:
+    """What a process runs, as words: ``python -m papermill x`` → ['papermill', 'x'].
+
+    Only the program and its first argument count: a test file named ``test_papermill.py`` on a
+    pytest command line does not make pytest papermill.
+    """
+    words = [Path(a).name.removesuffix(".py") for a in args[:4]]
+    if words and words[0].startswith("python"):
+        words = words[2:] if len(words) > 2 and words[1] == "-m" else words[1:]
+    return words[:2]
 
 
 def _parent_pid(pid: int) -> int:
@@ -67,10 +80,12 @@ def _launched_by_jupyter_server() -> bool:
             break
         cmds.append(_cmdline(pid))
         pid = _parent_pid(pid)
-    if not cmds or any(name in cmd for cmd in cmds for name in _HEADLESS_PARENTS):
+    programs = [_program(args) for args in cmds]
+    if not programs or any(p and p[0].split("-")[-1] in _HEADLESS_PARENTS for p in programs):
         return False
-    first = cmds[0]
-    return "jupyter" in first and any(word in first for word in ("lab", "server", "notebook"))
+    first = programs[0]
+    return bool(first) and (first[0] in ("jupyter-lab", "jupyter-server", "jupyter-notebook", "jupyterlab", "jupyter_server")
+                            or (first[0] == "jupyter" and first[1:2] in (["lab"], ["server"], ["notebook"])))
 
 
 def widget_frontend() -> bool:
