@@ -2,34 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def private_model_cache(tmp_path_factory):
-    """Built models go to a per-session cache, never the user's ~/.cache/skyrl-nb."""
-    path = tmp_path_factory.mktemp("model-cache")
-    old = os.environ.get("SKYRL_NB_CACHE")
-    os.environ["SKYRL_NB_CACHE"] = str(path)
-    yield str(path)
-    if old is None:
-        os.environ.pop("SKYRL_NB_CACHE", None)
-    else:
-        os.environ["SKYRL_NB_CACHE"] = old
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> str:
-    """An untrained built-in-shaped Qwen2 + char tokenizer saved as a local HF directory."""
-    import torch
-    from skyrl_engine.models import TinyModelSpec, _new_tiny_model, build_char_tokenizer
-
-    torch.set_num_threads(1)
-    path = str(tmp_path_factory.mktemp("tiny-model"))
-    tok = build_char_tokenizer()
-    model = _new_tiny_model(tok, TinyModelSpec(hidden_size=64, intermediate_size=128), seed=0)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+def _private_model_cache(private_model_cache):
+    """Every test here builds models into a per-session cache (tests/conftest.py), never ~/.cache."""
+    return private_model_cache
