@@ -322,22 +322,49 @@ class Dashboard:
     def wait(self, timeout: float | None = None) -> str:
         """Block until the run ends while the dashboard keeps updating; returns the final state.
 
-        In static mode the figure shown earlier is replaced by the final one.
+        In static mode the figure shown earlier is replaced by the final one. In a notebook prefer
+        ``await dash.wait_async()``: a blocked kernel answers clicks on the charts only at the end.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         self.start()
-        while not self.finished:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {self.reader.run_id} still {self.state} after {timeout} s")
+        while not self._ended(deadline, timeout):
             time.sleep(self.poll_s)
+        self._settle(deadline)
+        return self._final()
+
+    async def wait_async(self, timeout: float | None = None) -> str:
+        """``state = await dash.wait_async()``: like :meth:`wait`, but the kernel stays free.
+
+        While the cell awaits, the kernel goes on handling widget messages, so a click on a reward
+        point opens that step in a linked inspector during the run, not after it.
+        """
+        import asyncio
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.start()
+        while not self._ended(deadline, timeout):
+            await asyncio.sleep(self.poll_s)
+        await asyncio.to_thread(self._settle, deadline)
+        return self._final()
+
+    def _ended(self, deadline: float | None, timeout: float | None) -> bool:
+        if self.finished:
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"run {self.reader.run_id} still {self.state} after {timeout} s")
+        return False
+
+    def _settle(self, deadline: float | None) -> None:
+        """Stop following; let the job's process exit (the engine writes its final status just before)."""
         self.stop()
         if self.job is not None:
-            # The engine writes its final status a moment before its process (the Ray job) exits.
             try:
                 self.job.wait(timeout=None if deadline is None else max(5.0, deadline - time.monotonic()),
                               poll_s=0.5)
             except Exception:
                 pass
+
+    def _final(self) -> str:
         self.refresh()
         if self.static and self._display_handle is not None:
             self._display_handle.update(self._static_bundle(), raw=True)

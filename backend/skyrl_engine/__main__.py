@@ -125,6 +125,14 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     model_path = resolve_model_path(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)
     _log(f"model ready at {model_path} ({time.perf_counter() - started:.1f}s)")
     total_steps = int(cfg.total_steps(len(train_rows)))
+    if runs_in_job_process(cfg):
+        # On CPU "colocated" means: generator and trainer take turns on the same cores. One process
+        # does that best — one copy of torch and the model, no actor start-up, no object-store hop.
+        _log("placement: colocated on CPU: generator and trainer in this process")
+        held["workers"] = LocalWorkers(model_path, cfg, total_steps, cfg.trainer.num_threads)
+        held["trainer"] = RLTrainer(cfg, writer, held["workers"], train_rows, val_rows)
+        _log(f"training {total_steps} steps into {cfg.run_dir}")
+        return
     try:
         held["connection"] = connect()
     except Exception as err:
@@ -140,6 +148,21 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
         held["workers"] = RayWorkers(model_path, cfg, total_steps)
     held["trainer"] = RLTrainer(cfg, writer, held["workers"], train_rows, val_rows)
     _log(f"training {total_steps} steps into {cfg.run_dir}")
+
+
+def runs_in_job_process(cfg) -> bool:
+    """True for a colocated run on CPU: the generator and trainer live in the job's own process.
+
+    Disaggregated runs (``trainer.placement.colocate_all=false``) put them in Ray actors with their
+    own CPU bundles; on a machine with CUDA colocated runs use actors that share the GPUs.
+    """
+    return bool(cfg.trainer.placement.colocate_all) and not _has_cuda()
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _log(text: str) -> None:

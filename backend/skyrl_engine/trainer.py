@@ -273,6 +273,9 @@ class RLTrainer:
             return last
         finally:
             self._stop_heartbeat.set()
+            # A daemon thread still alive when the interpreter finalises is unwound by force, which
+            # aborts the process ("terminate called without an active exception", exit 134).
+            beat.join(timeout=HEARTBEAT_S + 5.0)
 
     def evaluate(self, step: int) -> dict[str, float]:
         """Eval on the val rows with the eval sampling params (seeded by step)."""

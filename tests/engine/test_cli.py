@@ -72,6 +72,7 @@ def _steps(run_dir: Path) -> list[int]:
 @pytest.mark.slow
 def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
     _finish(_cli(tmp_path, "e2e", tiny_model_dir, "trainer.max_training_steps=3", "trainer.eval_interval=3",
+                 "trainer.placement.colocate_all=false",
                  "trainer.eval_batch_size=16", "data.val_data=[builtin://arithmetic/test]"))
     run = tmp_path / "e2e"
     assert _steps(run) == [1, 2, 3]
