@@ -358,14 +358,17 @@ _DAPO: dict[str, Any] = _QUICKSTART | {
 }
 
 # Multi-turn text2sql (skyrl-gym's env) on small built-in SQLite databases; the tiny model is warm-started
-# on answers in the env's format, so a few steps on 2 CPU cores show the whole loop.
+# on answers in the env's format, so a few steps on 2 CPU cores show the whole loop. Those answers are
+# 55-80 tokens (the built-in tokenizer is per character): a turn needs room for one, or every turn is
+# cut off, invalid, and rewarded 0. At temperature 1 the tiny model rarely samples 70 exact characters.
 _TEXT2SQL: dict[str, Any] = _QUICKSTART | {
     "data": {"train_data": ["builtin://text2sql/train"], "val_data": ["builtin://text2sql/test"]},
     "trainer": _QUICKSTART["trainer"]
     | {"train_batch_size": 4, "policy_mini_batch_size": 4, "critic_mini_batch_size": 4, "micro_train_batch_size_per_gpu": 16,
        "max_training_steps": 6, "ckpt_interval": 3, "eval_interval": 3, "eval_batch_size": 16},
     "generator": {"n_samples_per_prompt": 4, "max_turns": 3,
-                  "sampling_params": {"max_generate_length": 64, "temperature": 1.0}},
+                  "sampling_params": {"max_generate_length": 96, "temperature": 0.6},  # SkyRL's text2sql example
+                  "eval_sampling_params": {"max_generate_length": 96, "temperature": 0.0}},
     "environment": {"env_class": "text2sql"},
 }
 
