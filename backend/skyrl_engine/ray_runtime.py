@@ -7,7 +7,8 @@
   nothing is written to ``~/.ray``); it is shut down when the run ends.
 
 The generator and the trainer are Ray actors. On CPU they are colocated: each asks for half a CPU
-and sets torch's thread count itself (Ray would leave it at 1).
+and sets torch's thread count itself (Ray would leave it at 1). With ``gae`` a critic actor
+(critic.py) joins them and asks for no CPU: its passes and the trainer's never overlap.
 """
 
 from __future__ import annotations
