@@ -39,9 +39,11 @@ def needs_critic(cfg: Any) -> bool:
 
 
 def critic_model_path(cfg: Any, policy_model_path: str) -> str:
-    """``trainer.critic.model.path``, or the policy's (resolved) directory when it is None."""
+    """``trainer.critic.model.path``, or the policy's (resolved) directory when it is None or the same."""
     path = cfg.trainer.critic.model.path
-    return os.path.expanduser(path) if path else policy_model_path
+    if not path or path == cfg.trainer.policy.model.path:  # e.g. both builtin://tiny-qwen2
+        return policy_model_path
+    return os.path.expanduser(path)
 
 
 def build_value_model(model_path: str, seed: int):
