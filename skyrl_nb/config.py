@@ -83,7 +83,6 @@ class CriticConfig(_Section):
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     optimizer_config: OptimizerConfig = Field(default_factory=lambda: OptimizerConfig(lr=5e-6))
-    value_clip: float = Field(0.2, gt=0)
 
 
 # ---------------------------------------------------------------------------------- algorithm
@@ -130,6 +129,7 @@ class AlgorithmConfig(_Section):
     entropy_loss_coef: float = Field(0.01, ge=0)
     gamma: float = Field(1.0, ge=0, le=1)
     lambd: float = Field(1.0, ge=0, le=1)
+    value_clip: float | None = Field(0.2, gt=0)  # the critic's loss clips V around its pre-update value
     max_seq_len: int | None = Field(None, gt=0)
     cispo: CispoConfig = Field(default_factory=CispoConfig)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
@@ -318,8 +318,10 @@ _QUICKSTART: dict[str, Any] = {
             "policy_loss_type": "regular",
             "use_kl_loss": False,
         },
+        "critic": {"optimizer_config": {"lr": 4e-4, "weight_decay": 0.0, "max_grad_norm": 1.0}},  # used by gae only
         "train_batch_size": 16,
         "policy_mini_batch_size": 16,
+        "critic_mini_batch_size": 16,
         "micro_train_batch_size_per_gpu": 128,
         "max_training_steps": 190,
         "ckpt_interval": 50,
@@ -356,14 +358,17 @@ _DAPO: dict[str, Any] = _QUICKSTART | {
 }
 
 # Multi-turn text2sql (skyrl-gym's env) on small built-in SQLite databases; the tiny model is warm-started
-# on answers in the env's format, so a few steps on 2 CPU cores show the whole loop.
+# on answers in the env's format, so a few steps on 2 CPU cores show the whole loop. Those answers are
+# 55-80 tokens (the built-in tokenizer is per character): a turn needs room for one, or every turn is
+# cut off, invalid, and rewarded 0. At temperature 1 the tiny model rarely samples 70 exact characters.
 _TEXT2SQL: dict[str, Any] = _QUICKSTART | {
     "data": {"train_data": ["builtin://text2sql/train"], "val_data": ["builtin://text2sql/test"]},
     "trainer": _QUICKSTART["trainer"]
-    | {"train_batch_size": 4, "policy_mini_batch_size": 4, "micro_train_batch_size_per_gpu": 16,
+    | {"train_batch_size": 4, "policy_mini_batch_size": 4, "critic_mini_batch_size": 4, "micro_train_batch_size_per_gpu": 16,
        "max_training_steps": 6, "ckpt_interval": 3, "eval_interval": 3, "eval_batch_size": 16},
     "generator": {"n_samples_per_prompt": 4, "max_turns": 3,
-                  "sampling_params": {"max_generate_length": 64, "temperature": 1.0}},
+                  "sampling_params": {"max_generate_length": 96, "temperature": 0.6},  # SkyRL's text2sql example
+                  "eval_sampling_params": {"max_generate_length": 96, "temperature": 0.0}},
     "environment": {"env_class": "text2sql"},
 }
 
@@ -607,6 +612,8 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool) -> list[str]:
     if a.advantage_estimator in ("grpo", "rloo") and g.n_samples_per_prompt < 2:
         found.append(f"generator.n_samples_per_prompt: 1 gives {a.advantage_estimator} no group to "
                      "compare within; use at least 2")
+    if a.advantage_estimator == "gae":
+        found.extend(_critic_checks(cfg))
     if a.eps_clip_low >= 1:
         found.append(f"trainer.algorithm.eps_clip_low: {a.eps_clip_low} must be below 1")
     if t.resume_mode == "from_path" and not t.resume_path:
@@ -630,6 +637,26 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool) -> list[str]:
         found.append(f"trainer.policy.optimizer_config.lr: {t.policy.optimizer_config.lr} must be finite")
     if check_files:
         found.extend(_file_checks(cfg))
+    return found
+
+
+def _critic_checks(cfg: JobConfig) -> list[str]:
+    """What ``gae`` (a critic) needs of the batch sizes and the loop."""
+    t, g = cfg.trainer, cfg.generator
+    found = []
+    if t.critic_mini_batch_size > t.train_batch_size:
+        found.append(f"trainer.critic_mini_batch_size: {t.critic_mini_batch_size} is larger than "
+                     f"trainer.train_batch_size={t.train_batch_size}; gae's critic needs it at most that")
+    elif t.train_batch_size % t.critic_mini_batch_size:
+        found.append(f"trainer.train_batch_size: {t.train_batch_size} is not a multiple of "
+                     f"trainer.critic_mini_batch_size={t.critic_mini_batch_size}")
+    elif (t.critic_mini_batch_size * g.n_samples_per_prompt) % min(t.micro_train_batch_size_per_gpu,
+                                                                    t.critic_mini_batch_size * g.n_samples_per_prompt):
+        found.append(f"trainer.micro_train_batch_size_per_gpu: {t.micro_train_batch_size_per_gpu} does not divide "
+                     f"one critic mini-batch of {t.critic_mini_batch_size * g.n_samples_per_prompt} samples")
+    if t.async_one_step or t.fully_async.enabled:
+        found.append("trainer.algorithm.advantage_estimator: 'gae' (a critic) runs in the synchronous loop only; "
+                     "set trainer.async_one_step=false and trainer.fully_async.enabled=false")
     return found
 
 

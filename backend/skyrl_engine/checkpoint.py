@@ -9,6 +9,8 @@
         policy/optimizer.pt            AdamW state
         policy/scheduler.pt            LR scheduler state
         policy/rng.pt                  python, numpy and torch RNG states of the trainer process
+        critic/                        gae only: model.safetensors (body + value_head), optimizer.pt,
+                                       scheduler.pt (critic.py)
         trainer_state.json             global_step, data position, the step's metrics, config
         data.json                      the train loader position (epoch, batch_in_epoch)
 

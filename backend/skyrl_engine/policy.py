@@ -36,6 +36,8 @@ class TrainBatch:
     advantages_BT: torch.Tensor
     rollout_logprobs_BT: torch.Tensor
     group_size: int
+    values_BT: torch.Tensor | None = None  # the critic's, before its update (gae only)
+    returns_BT: torch.Tensor | None = None  # the critic's targets (gae only)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -51,6 +53,8 @@ class TrainBatch:
             advantages_BT=self.advantages_BT[start:stop],
             rollout_logprobs_BT=self.rollout_logprobs_BT[start:stop],
             group_size=self.group_size,
+            values_BT=None if self.values_BT is None else self.values_BT[start:stop],
+            returns_BT=None if self.returns_BT is None else self.returns_BT[start:stop],
         )
 
 

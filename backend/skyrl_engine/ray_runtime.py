@@ -7,7 +7,8 @@
   nothing is written to ``~/.ray``); it is shut down when the run ends.
 
 The generator and the trainer are Ray actors. On CPU they are colocated: each asks for half a CPU
-and sets torch's thread count itself (Ray would leave it at 1).
+and sets torch's thread count itself (Ray would leave it at 1). With ``gae`` a critic actor
+(critic.py) joins them and asks for no CPU: its passes and the trainer's never overlap.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import shutil
 from typing import Any
 
+from skyrl_engine.critic import CriticWorker, critic_model_path, needs_critic
 from skyrl_engine.generator import GeneratorOutput
 from skyrl_engine.multiturn import generator_worker_class, generator_worker_kwargs
 from skyrl_engine.policy import PolicyWorker, TrainBatch
@@ -83,7 +85,15 @@ class RayWorkers:
         generator_cls = ray.remote(num_cpus=share)(generator_worker_class(cfg))  # multi-turn when max_turns > 1
         self.policy = policy_cls.remote(model_path, cfg, total_steps, threads)
         self.generator = generator_cls.remote(model_path, threads, cfg.environment.env_class, **generator_worker_kwargs(cfg))
-        ray.get([self.policy.ping.remote(), self.generator.ping.remote()])
+        self.critic = None  # gae: a third actor beside the policy (critic.py)
+        if needs_critic(cfg):
+            # no CPU of its own: the critic's passes and the policy's never run at the same time
+            critic_cls = ray.remote(num_cpus=0)(CriticWorker)
+            self.critic = critic_cls.remote(critic_model_path(cfg, model_path), cfg, total_steps, threads)
+        ray.get([actor.ping.remote() for actor in self._actors()])
+
+    def _actors(self) -> list[Any]:
+        return [a for a in (self.generator, self.policy, self.critic) if a is not None]
 
     def generate(self, rows, n, params, seed) -> GeneratorOutput:
         import ray
@@ -100,6 +110,16 @@ class RayWorkers:
 
         return ray.get(self.policy.train_step.remote(batch))
 
+    def critic_values(self, batch: TrainBatch) -> Any:
+        import ray
+
+        return ray.get(self.critic.compute_values.remote(batch))
+
+    def critic_train_step(self, batch: TrainBatch) -> dict[str, float]:
+        import ray
+
+        return ray.get(self.critic.train_step.remote(batch))
+
     def sync_weights(self) -> None:
         """Trainer → generator: the state dict travels through the object store, not the driver."""
         import ray
@@ -109,19 +129,24 @@ class RayWorkers:
     def save_checkpoint(self, ckpt_dir: str, extra: dict[str, Any]) -> None:
         import ray
 
-        ray.get(self.policy.save_checkpoint.remote(ckpt_dir, extra))
+        saves = [self.policy.save_checkpoint.remote(ckpt_dir, extra)]
+        if self.critic is not None:
+            saves.append(self.critic.save_checkpoint.remote(ckpt_dir))
+        ray.get(saves)
 
     def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
         import ray
 
         extra = ray.get(self.policy.load_checkpoint.remote(ckpt_dir))
+        if self.critic is not None:
+            ray.get(self.critic.load_checkpoint.remote(ckpt_dir))
         self.sync_weights()
         return extra
 
     def shutdown(self) -> None:
         import ray
 
-        for actor in (self.generator, self.policy):
+        for actor in self._actors():
             try:
                 ray.kill(actor)
             except Exception:  # noqa: BLE001 - the actor may already be gone

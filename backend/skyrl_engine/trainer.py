@@ -25,9 +25,6 @@ if TYPE_CHECKING:
     from skyrl_engine.tasks import PromptRow
 
 HEARTBEAT_S = 5.0
-UNSUPPORTED = {
-    "gae": "trainer.algorithm.advantage_estimator: 'gae' needs a critic, which the torch engine does not have yet",
-}
 
 
 class StopRequested(Exception):
@@ -40,6 +37,8 @@ class Workers(Protocol):
     def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput: ...
     def evaluate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int, batch_size: int) -> dict: ...
     def train_step(self, batch: TrainBatch) -> dict[str, float]: ...
+    def critic_values(self, batch: TrainBatch) -> Any: ...  # gae only (critic.py)
+    def critic_train_step(self, batch: TrainBatch) -> dict[str, float]: ...  # gae only
     def sync_weights(self) -> None: ...
     def save_checkpoint(self, ckpt_dir: str, extra: dict[str, Any]) -> None: ...
     def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]: ...
@@ -47,13 +46,17 @@ class Workers(Protocol):
 
 
 class LocalWorkers:
-    """Generator and policy in this process (separate model copies, synced by state dict)."""
+    """Generator, policy (and critic, for gae) in this process (separate model copies, synced by state dict)."""
 
     def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
+        from skyrl_engine.critic import CriticWorker, critic_model_path, needs_critic
         from skyrl_engine.multiturn import generator_worker_class, generator_worker_kwargs
         from skyrl_engine.policy import PolicyWorker
 
         self.policy = PolicyWorker(model_path, cfg, total_steps, num_threads)
+        self.critic = (
+            CriticWorker(critic_model_path(cfg, model_path), cfg, total_steps, num_threads) if needs_critic(cfg) else None
+        )
         # the agent loop when generator.max_turns > 1 (multiturn.py)
         self.generator = generator_worker_class(cfg)(model_path, num_threads, cfg.environment.env_class, **generator_worker_kwargs(cfg))
 
@@ -66,14 +69,24 @@ class LocalWorkers:
     def train_step(self, batch):
         return self.policy.train_step(batch)
 
+    def critic_values(self, batch):
+        return self.critic.compute_values(batch)
+
+    def critic_train_step(self, batch):
+        return self.critic.train_step(batch)
+
     def sync_weights(self) -> None:
         self.generator.load_weights(self.policy.get_weights())
 
     def save_checkpoint(self, ckpt_dir, extra):
         self.policy.save_checkpoint(ckpt_dir, extra)
+        if self.critic is not None:
+            self.critic.save_checkpoint(ckpt_dir)
 
     def load_checkpoint(self, ckpt_dir):
         extra = self.policy.load_checkpoint(ckpt_dir)
+        if self.critic is not None:
+            self.critic.load_checkpoint(ckpt_dir)
         self.sync_weights()
         return extra
 
@@ -91,9 +104,11 @@ def timed(timings: dict[str, float], name: str):
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
 
 
-def build_train_batch(out: GeneratorOutput, algo_cfg: Any) -> tuple[TrainBatch, Any]:
+def build_train_batch(out: GeneratorOutput, algo_cfg: Any, critic_values: Any = None) -> tuple[TrainBatch, Any]:
     """Turn rollouts into a :class:`TrainBatch`: outcome reward on the last token, then advantages.
 
+    ``critic_values(batch) -> values_BT`` is the critic's forward pass, given for ``gae``; the
+    batch then also carries the values and returns the critic trains on (critic.py).
     Returns ``(batch, advantages_BT)``.
     """
     import numpy as np
@@ -109,17 +124,22 @@ def build_train_batch(out: GeneratorOutput, algo_cfg: Any) -> tuple[TrainBatch, 
     has_tokens_B = lengths_B > 0
     rows_B = torch.arange(mask_BT.shape[0])[has_tokens_B]
     rewards_BT[rows_B, (lengths_B[has_tokens_B] - 1)] = torch.tensor(out.rewards_B, dtype=torch.float32)[has_tokens_B]
-    advantages_BT, _returns_BT = algorithms.compute_advantages(
-        algo_cfg.advantage_estimator, rewards_BT, mask_BT, np.asarray(out.group_ids_B), algo_cfg
-    )
     batch = TrainBatch(
         sequences_BL=torch.cat([s.prompt_ids_BP, s.response_ids_BT], dim=1),
         attention_mask_BL=torch.cat([s.prompt_mask_BP, s.response_mask_BT], dim=1),
         response_mask_BT=s.response_mask_BT if out.loss_mask_BT is None else out.loss_mask_BT,  # the loss mask
-        advantages_BT=advantages_BT.float(),
+        advantages_BT=torch.zeros_like(mask_BT),
         rollout_logprobs_BT=s.logprobs_BT,
         group_size=out.group_size,
     )
+    if critic_values is not None:  # gae: the recursion needs values zeroed after the response ends
+        batch.values_BT = critic_values(batch) * mask_BT
+    advantages_BT, returns_BT = algorithms.compute_advantages(
+        algo_cfg.advantage_estimator, rewards_BT, mask_BT, np.asarray(out.group_ids_B), algo_cfg, values=batch.values_BT
+    )
+    batch.advantages_BT = advantages_BT.float()
+    if critic_values is not None:
+        batch.returns_BT = returns_BT.float()
     return batch, advantages_BT
 
 
@@ -182,13 +202,13 @@ class RLTrainer:
 
     def __init__(self, cfg: Any, writer: Any, workers: Workers, train_rows: list[PromptRow], val_rows: list[PromptRow]):
         from skyrl_engine import dapo
+        from skyrl_engine.critic import needs_critic
         from skyrl_engine.sampler import SamplingParams
         from skyrl_engine.tasks import PromptLoader
 
         t = cfg.trainer
-        if t.algorithm.advantage_estimator in UNSUPPORTED:
-            raise ValueError(UNSUPPORTED[t.algorithm.advantage_estimator])
         self.cfg = cfg
+        self.has_critic = needs_critic(cfg)  # gae: the workers hold a critic (critic.py)
         self.writer = writer
         self.workers = dapo.wrap_workers(workers, cfg, train_rows)  # DAPO's sampling, when configured
         self.val_rows = val_rows
@@ -297,9 +317,14 @@ class RLTrainer:
             with timed(timings, "generate"):
                 out = self.workers.generate(rows, g.n_samples_per_prompt, self.sampling, step_seed(t.seed, step))
             with timed(timings, "compute_advantages_and_returns"):
-                batch, advantages_BT = build_train_batch(out, t.algorithm)
+                critic_values = self.workers.critic_values if self.has_critic else None
+                batch, advantages_BT = build_train_batch(out, t.algorithm, critic_values)
+            metrics: dict[str, Any] = {}
+            if self.has_critic:  # the critic first, as in SkyRL's train_critic_and_policy
+                with timed(timings, "critic_train"):
+                    metrics.update(self.workers.critic_train_step(batch))
             with timed(timings, "policy_train"):
-                metrics = dict(self.workers.train_step(batch))
+                metrics.update(self.workers.train_step(batch))
             with timed(timings, "sync_weights"):
                 self.workers.sync_weights()
             metrics.update(reward_metrics(out))

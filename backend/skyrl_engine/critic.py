@@ -1,0 +1,208 @@
+"""The critic for ``advantage_estimator=gae``: a value model, its update, its checkpoint.
+
+A step with a critic (SkyRL's ``fwd_logprobs_values_reward`` + ``train_critic_and_policy``)::
+
+    values_BT  = critic(sequences)            per response token, zero after the response ends
+    advantages_BT, returns_BT = gae(rewards_BT, values_BT)         (algorithms.py)
+    for each of update_epochs_per_batch:
+        for each mini-batch (critic_mini_batch_size prompts x n samples):
+            for each micro-batch (micro_train_batch_size_per_gpu samples):
+                loss = compute_value_loss(V, V_old, R, trainer.algorithm.value_clip)
+            clip grads to max_grad_norm; optimizer.step(); scheduler.step()
+    then the policy update with those advantages
+
+The value model is a causal LM's transformer body with a linear head (SkyRL's ``CriticModel``):
+``trainer.critic.model.path`` None means a copy of the policy's weights. ``V_t`` is the head's
+output at the position *before* response token t, the same alignment as the policy's log-probs.
+
+:class:`CriticWorker` runs in-process (``LocalWorkers``) or as a Ray actor (``RayWorkers``).
+Its checkpoint is ``global_step_N/critic/`` (weights, optimizer, scheduler) next to ``policy/``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from skyrl_engine.policy import TrainBatch
+
+CRITIC_DIR = "critic"
+VALUE_HEAD_INIT_SEED_OFFSET = 7919  # the head's init is seeded from trainer.seed, apart from other streams
+
+
+def needs_critic(cfg: Any) -> bool:
+    """True when the config's advantage estimator uses critic values (``gae``)."""
+    return cfg.trainer.algorithm.advantage_estimator == "gae"
+
+
+def critic_model_path(cfg: Any, policy_model_path: str) -> str:
+    """``trainer.critic.model.path``, or the policy's (resolved) directory when it is None or the same."""
+    path = cfg.trainer.critic.model.path
+    if not path or path == cfg.trainer.policy.model.path:  # e.g. both builtin://tiny-qwen2
+        return policy_model_path
+    return os.path.expanduser(path)
+
+
+def build_value_model(model_path: str, seed: int):
+    """A value model: the transformer body of the causal LM at ``model_path`` plus ``value_head``.
+
+    The head is ``Linear(hidden, 1, bias=False)`` with N(0, 1/(hidden+1)) weights drawn from
+    ``seed`` (SkyRL's ``init_value_head``), so two runs with one seed start from the same critic.
+    """
+    import torch
+
+    from skyrl_engine.models import load_model
+
+    lm = load_model(model_path)
+    hidden = int(lm.config.hidden_size)
+    model = torch.nn.Module()
+    model.body = getattr(lm, lm.base_model_prefix)
+    model.value_head = torch.nn.Linear(hidden, 1, bias=False)
+    generator = torch.Generator().manual_seed(seed + VALUE_HEAD_INIT_SEED_OFFSET)
+    with torch.no_grad():
+        model.value_head.weight.normal_(0.0, 1.0 / (hidden + 1), generator=generator)
+    return model
+
+
+def response_values(model, batch: TrainBatch) -> torch.Tensor:
+    """``values_BT``: the value head at the positions that predict each response token."""
+    from skyrl_engine.sampler import position_ids_from_mask
+
+    P = batch.num_prompt_tokens
+    out = model.body(
+        input_ids=batch.sequences_BL,
+        attention_mask=batch.attention_mask_BL,
+        position_ids=position_ids_from_mask(batch.attention_mask_BL),
+        use_cache=False,
+    )
+    hidden_BTH = out.last_hidden_state[:, P - 1 : -1, :]
+    return model.value_head(hidden_BTH).squeeze(-1).float()
+
+
+class CriticWorker:
+    """Value model + AdamW + LR schedule (``trainer.critic.optimizer_config``)."""
+
+    def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
+        import torch
+        from transformers import get_scheduler
+
+        from skyrl_engine.policy import _SCHEDULERS, set_torch_threads
+
+        self.num_threads = set_torch_threads(num_threads)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        self.cfg = cfg
+        t = cfg.trainer
+        self.model = build_value_model(model_path, int(t.seed))
+        self.model.train()
+        oc = t.critic.optimizer_config
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay
+        )
+        updates_per_step = max(1, t.train_batch_size // t.critic_mini_batch_size) * t.update_epochs_per_batch
+        self.scheduler = get_scheduler(
+            _SCHEDULERS[oc.scheduler],
+            self.optimizer,
+            num_warmup_steps=oc.num_warmup_steps,
+            num_training_steps=max(1, total_steps * updates_per_step),
+        )
+
+    def compute_values(self, batch: TrainBatch) -> torch.Tensor:
+        """``values_BT`` of the batch before any update (micro-batched, no grad), zero off the response."""
+        import torch
+
+        micro = max(1, self.cfg.trainer.micro_forward_batch_size_per_gpu, self.cfg.trainer.micro_train_batch_size_per_gpu)
+        parts = []
+        with torch.no_grad():
+            for start in range(0, batch.sequences_BL.shape[0], micro):
+                parts.append(response_values(self.model, batch.rows(start, start + micro)))
+        return torch.cat(parts, dim=0)
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """Fit ``batch.returns_BT`` with the clipped value loss; return SkyRL's ``critic/...`` metrics.
+
+        ``batch.values_BT`` (from :meth:`compute_values`) are the old values the clip is around.
+        """
+        import torch
+
+        from skyrl_engine import algorithms
+
+        if batch.values_BT is None or batch.returns_BT is None:
+            raise ValueError("CriticWorker.train_step needs batch.values_BT and batch.returns_BT (set by build_train_batch)")
+        t = self.cfg.trainer
+        value_clip = t.algorithm.value_clip
+        B = batch.sequences_BL.shape[0]
+        mini_rows = min(t.critic_mini_batch_size * batch.group_size, B)
+        micro_rows = min(t.micro_train_batch_size_per_gpu, mini_rows)
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+
+        def add(key: str, value: float | None) -> None:
+            if value is not None:
+                sums[key] = sums.get(key, 0.0) + float(value)
+                counts[key] = counts.get(key, 0) + 1
+
+        self.model.train()
+        for _epoch in range(t.update_epochs_per_batch):
+            for mini_start in range(0, B, mini_rows):
+                mini_B = min(mini_rows, B - mini_start)
+                self.optimizer.zero_grad(set_to_none=True)
+                mini_loss = 0.0
+                for micro_start in range(0, mini_B, micro_rows):
+                    lo, hi = mini_start + micro_start, mini_start + min(micro_start + micro_rows, mini_B)
+                    micro = batch.rows(lo, hi)
+                    mask_BT = micro.response_mask_BT.float()
+                    values_BT = response_values(self.model, micro)
+                    loss, clipfrac = algorithms.compute_value_loss(
+                        values_BT, micro.values_BT, micro.returns_BT, mask_BT, value_clip
+                    )
+                    # the loss is a mean over rows: each micro-batch carries its share of the mini-batch
+                    (loss * ((hi - lo) / mini_B)).backward()
+                    mini_loss += loss.item() * (hi - lo) / mini_B
+                    add("values_mean", algorithms.masked_mean(values_BT.detach(), mask_BT).item())
+                    add("values_clipfrac", clipfrac)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.critic.optimizer_config.max_grad_norm)
+                add("critic_loss", mini_loss)
+                add("grad_norm", float(grad_norm))
+                add("critic_lr", self.scheduler.get_last_lr()[0])
+                self.optimizer.step()
+                self.scheduler.step()
+        return {f"critic/{k}": sums[k] / counts[k] for k in sums}
+
+    # -- state ----------------------------------------------------------------------------------
+    def save_checkpoint(self, ckpt_dir: str) -> None:
+        """Write ``ckpt_dir/critic/``: ``model.safetensors`` (body + value_head), optimizer, scheduler."""
+        import torch
+        from safetensors.torch import save_file
+
+        critic_dir = os.path.join(ckpt_dir, CRITIC_DIR)
+        os.makedirs(critic_dir, exist_ok=True)
+        # clone: tied or shared tensors would make safetensors refuse the file
+        weights = {k: v.detach().clone().contiguous() for k, v in self.model.state_dict().items()}
+        save_file(weights, os.path.join(critic_dir, "model.safetensors"))
+        torch.save(self.optimizer.state_dict(), os.path.join(critic_dir, "optimizer.pt"))
+        torch.save(self.scheduler.state_dict(), os.path.join(critic_dir, "scheduler.pt"))
+
+    def load_checkpoint(self, ckpt_dir: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote, in place."""
+        import torch
+        from safetensors.torch import load_file
+
+        critic_dir = os.path.join(ckpt_dir, CRITIC_DIR)
+        weights_path = os.path.join(critic_dir, "model.safetensors")
+        if not os.path.exists(weights_path):
+            raise FileNotFoundError(f"{ckpt_dir}: no critic checkpoint ({weights_path}); "
+                                    "was it written by a run without advantage_estimator=gae?")
+        self.model.load_state_dict(load_file(weights_path), strict=True)
+        self.optimizer.load_state_dict(torch.load(os.path.join(critic_dir, "optimizer.pt"), weights_only=False))
+        self.scheduler.load_state_dict(torch.load(os.path.join(critic_dir, "scheduler.pt"), weights_only=False))
+
+    def ping(self) -> int:
+        """The torch thread count (also proves the actor is up)."""
+        return self.num_threads
+
+    def __repr__(self) -> str:
+        n = sum(p.numel() for p in self.model.parameters())
+        return f"CriticWorker(params={n}, lr={self.scheduler.get_last_lr()[0]:g})"
