@@ -20,6 +20,7 @@ SMALL = [
     "generator.sampling_params.max_generate_length=4", "trainer.eval_interval=0", "trainer.eval_before_train=false",
     "trainer.num_threads=1", "trainer.max_training_steps=8", "trainer.ckpt_interval=3",
     "trainer.policy.optimizer_config.lr=1e-3", "trainer.critic.optimizer_config.lr=1e-3",
+    "trainer.placement.colocate_all=false",  # generator, trainer and critic as Ray actors
 ]
 
 
