@@ -37,7 +37,9 @@ def open_and_run_all(page, lab, name: str) -> None:
                            timeout=30_000)
     for _ in range(4):
         page.locator(".jp-NotebookPanel .jp-Cell").first.click()
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        # not awaited: the command's promise settles only when the last cell has finished, and
+        # page.evaluate would wait for it (the test then saw the page only after the job ended)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not re.search(r"\[(\*|\d+)\]", prompts(page)[0]):
             page.wait_for_timeout(250)

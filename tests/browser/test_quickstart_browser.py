@@ -1,7 +1,7 @@
 """notebooks/quickstart.ipynb run top to bottom in a real JupyterLab, in headless chromium.
 
 The notebook starts a real local Ray head and submits the real engine job (the tiny model on
-arithmetic, 60 steps); its parameters cell is filled in with papermill's `parameterize_notebook`
+arithmetic, 150 steps as in the quickstart); its parameters cell is filled in with papermill's `parameterize_notebook`
 (nothing runs outside the browser). Asserted in the browser DOM: the dashboard renders and its reward
 chart gains points while the job runs; a real mouse click on a reward point, made while the job
 runs, opens that step's rollouts in the inspector before the job ends; the heatmap toggle colours
@@ -24,8 +24,9 @@ from lab_notebook import open_and_run_all, prompts
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
-# long enough (tens of seconds on 2 cores) to watch the chart grow and click while the job still runs
-STEPS = 60
+# the quickstart's own length: tens of seconds on 2 cores, long enough to watch the chart grow and to
+# click while the job still runs (60 steps were over in 15 s, before the widget had drawn)
+STEPS = 150
 RUN_ID = "browser-quickstart"
 REWARD_CHART = ".skyrl-chart:has(.sk-clickable)"
 REWARD_POINTS = f"{REWARD_CHART} g.sk-line[data-name='reward mean'] circle.sk-point"
@@ -83,6 +84,14 @@ def test_quickstart_live_dashboard_click_opens_step_with_heatmap(lab, page, arti
     open_and_run_all(page, lab, _parameterised_quickstart(lab))
     run_states = _record_run_states(lab.root_dir / "runs" / RUN_ID / "status.json", started)
 
+    # what the page shows over time, sampled by the page itself: [s, charts, reward points]
+    page.evaluate(f"""() => {{ window.__rewardCounts = []; const t0 = performance.now();
+        setInterval(() => {{ const n = document.querySelectorAll("{REWARD_POINTS}").length;
+                             const charts = document.querySelectorAll(".skyrl-chart").length;
+                             const c = window.__rewardCounts, last = c[c.length - 1];
+                             if (!last || last[1] !== charts || last[2] !== n)
+                                 c.push([Math.round((performance.now() - t0) / 100) / 10, charts, n]); }}, 100); }}""")
+
     # the dashboard renders; its reward chart gains points while the real job runs
     page.wait_for_selector(REWARD_CHART, timeout=240_000)
     timings["dashboard_s"] = time.monotonic() - started
@@ -91,7 +100,9 @@ def test_quickstart_live_dashboard_click_opens_step_with_heatmap(lab, page, arti
     first = _reward_points(page)
     status = _status(lab)
     assert status.get("state") == "running" and first < STEPS, (
-        f"the run was over before the page showed its first point: {first} points, status {status}")
+        f"the run was over before the page showed its first point: {first} points, status {status}, "
+        f"run states [s, state, step] {run_states}, page timings {timings}, "
+        f"page samples [s, charts, points] {page.evaluate('() => window.__rewardCounts')}")
     page.wait_for_function(f"() => document.querySelectorAll(\"{REWARD_POINTS}\").length > {first}", timeout=120_000)
     grown, status = _reward_points(page), _status(lab)
     assert status.get("state") == "running", f"the chart grew {first} -> {grown} points only after the run ended: {status}"
@@ -117,7 +128,8 @@ def test_quickstart_live_dashboard_click_opens_step_with_heatmap(lab, page, arti
     assert inspector.locator(".sk-step-input").input_value() == "2"
     assert not inspector.locator(".sk-follow").is_checked()  # the clicked step stays on screen
     assert inspector.locator(".sk-group").count() >= 1 and inspector.locator(".sk-sample").count() >= 2
-    page.wait_for_selector(f"{REWARD_CHART} .sk-chart-selected", timeout=10_000)  # the chart marks it
+    # the chart marks it (a vertical line: zero width, so "attached", not "visible")
+    page.wait_for_selector(f"{REWARD_CHART} .sk-chart-selected", state="attached", timeout=10_000)
 
     # the job ends: every reward point is there, the notebook ran to its last cell without errors
     page.wait_for_function(f"() => document.querySelectorAll(\"{REWARD_POINTS}\").length >= {STEPS}",
