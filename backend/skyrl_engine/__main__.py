@@ -110,13 +110,25 @@ def train(source: str, overrides: list[str]) -> int:
 
 
 def _start(cfg, writer, held: dict[str, Any]) -> None:
-    """Data, model, Ray, actors, trainer — in that order; each lands in ``held`` once it exists."""
+    """Data, model, Ray, actors, trainer — in that order; each lands in ``held`` once it exists.
+
+    ``generator.inference_engine.backend`` picks the generator (torch actor or vLLM engines),
+    ``trainer.async_one_step`` / ``trainer.fully_async`` the schedule (synchronous or pipelined).
+    """
+    from skyrl_engine.async_pipeline import PipelinedTrainer, pipeline_mode, staleness_bound
     from skyrl_engine.models import resolve_model_path
     from skyrl_engine.policy import set_torch_threads
     from skyrl_engine.ray_runtime import RayWorkers, connect, is_submitted_job
     from skyrl_engine.tasks import load_prompts
     from skyrl_engine.trainer import LocalWorkers, RLTrainer
 
+    use_vllm = cfg.generator.inference_engine.backend == "vllm"
+    vllm_python = None
+    if use_vllm:  # before anything starts: RuntimeError naming SKYRL_VLLM_PYTHON when there is no vLLM
+        from skyrl_engine.vllm_engine import find_vllm_python
+
+        vllm_python = find_vllm_python()
+        _log(f"vllm: engines run in {vllm_python or sys.executable}")
     set_torch_threads(cfg.trainer.num_threads)
     env_class = cfg.environment.env_class
     train_rows = load_prompts(cfg.data.train_data, env_class)
@@ -128,7 +140,7 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     try:
         held["connection"] = connect()
     except Exception as err:
-        if is_submitted_job():
+        if is_submitted_job() or use_vllm:  # vLLM engines are Ray actors: no in-process fallback
             raise
         # By hand on a saturated machine Ray may not come up at all; the run still goes, in-process.
         message = f"local Ray did not start ({type(err).__name__}: {err}); generator and trainer run in this process"
@@ -137,9 +149,17 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
         held["workers"] = LocalWorkers(model_path, cfg, total_steps, cfg.trainer.num_threads)
     else:
         _log(f"ray: {held['connection'].mode}")
-        held["workers"] = RayWorkers(model_path, cfg, total_steps)
-    held["trainer"] = RLTrainer(cfg, writer, held["workers"], train_rows, val_rows)
-    _log(f"training {total_steps} steps into {cfg.run_dir}")
+        if use_vllm:
+            from skyrl_engine.vllm_engine import VLLMWorkers
+
+            held["workers"] = VLLMWorkers(model_path, cfg, total_steps, python=vllm_python)
+        else:
+            held["workers"] = RayWorkers(model_path, cfg, total_steps)
+        _log(f"placement: {held['workers'].placement.plan.describe()}")
+    trainer = RLTrainer(cfg, writer, held["workers"], train_rows, val_rows)
+    bound = staleness_bound(cfg)
+    held["trainer"] = PipelinedTrainer(trainer, bound) if bound else trainer
+    _log(f"training {total_steps} steps into {cfg.run_dir} ({pipeline_mode(bound)})")
 
 
 def _log(text: str) -> None:
