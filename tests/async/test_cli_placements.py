@@ -1,0 +1,74 @@
+"""The command line with each placement and schedule: colocated sync, disaggregated one-step async, and a
+placement the cluster cannot hold (slow: real Ray runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SMALL = [
+    "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4", "trainer.micro_train_batch_size_per_gpu=16",
+    "generator.n_samples_per_prompt=4", "generator.sampling_params.max_generate_length=4",
+    "generator.eval_sampling_params.max_generate_length=4", "trainer.eval_interval=0",
+    "trainer.eval_before_train=false", "trainer.num_threads=1", "trainer.ckpt_interval=0",
+    "trainer.max_training_steps=4",
+]
+WAIT_KEYS = ("timing/wait_for_batch", "timing/wait_for_policy")
+ASYNC_KEYS = ("async/staleness_mean", "async/staleness_max")
+
+
+def run_cli(run_root: Path, run_id: str, model: str, *extra: str) -> subprocess.CompletedProcess:
+    """``python -m skyrl_engine train --config quickstart`` with SMALL settings, to the end."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    args = [sys.executable, "-m", "skyrl_engine", "train", "--config", "quickstart", f"run.run_root={run_root}",
+            f"run.run_id={run_id}", f"trainer.policy.model.path={model}", *SMALL, *extra]
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_colocated_sync_records_zero_waits(tmp_path, tiny_model_dir) -> None:
+    done = run_cli(tmp_path, "colocated", tiny_model_dir, "trainer.placement.colocate_all=true")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "placement: colocated" in done.stdout and "(sync)" in done.stdout
+    rows = metrics(tmp_path / "colocated")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for row in rows:
+        assert all(row[key] == 0.0 for key in WAIT_KEYS)
+        assert not any(key in row for key in ASYNC_KEYS)
+
+
+def test_disaggregated_one_step_async_stays_within_one(tmp_path, tiny_model_dir) -> None:
+    done = run_cli(tmp_path, "async", tiny_model_dir, "trainer.placement.colocate_all=false",
+                   "trainer.async_one_step=true")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "placement: disaggregated" in done.stdout and "(one_step)" in done.stdout
+    rows = metrics(tmp_path / "async")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["async/staleness_max"] for r in rows] == [0, 1, 1, 1]
+    for row in rows:
+        assert all(key in row for key in WAIT_KEYS + ASYNC_KEYS + ("timing/sync_weights", "timing/step"))
+    events = [json.loads(line) for line in (tmp_path / "async" / "events.jsonl").read_text().splitlines()]
+    assert events[0]["kind"] == "started" and events[0]["pipeline"] == "one_step"
+    assert json.loads((tmp_path / "async" / "status.json").read_text())["state"] == "succeeded"
+
+
+def test_placement_the_cluster_cannot_hold_fails_in_one_line(tmp_path, tiny_model_dir) -> None:
+    done = run_cli(tmp_path, "too-big", tiny_model_dir, "trainer.placement.colocate_all=false",
+                   "trainer.placement.policy_num_gpus_per_node=512")
+    assert done.returncode == 1
+    status = json.loads((tmp_path / "too-big" / "status.json").read_text())
+    assert status["state"] == "failed"
+    error = status["error"]
+    assert error.startswith("PlacementError: trainer.placement: disaggregated: policy 1 node(s) × 512 CPU")
+    assert "needs 513 CPU but the cluster has" in error and "\n" not in error
