@@ -61,6 +61,16 @@ def test_disaggregated_one_step_async_stays_within_one(tmp_path, tiny_model_dir)
     events = [json.loads(line) for line in (tmp_path / "async" / "events.jsonl").read_text().splitlines()]
     assert events[0]["kind"] == "started" and events[0]["pipeline"] == "one_step"
     assert json.loads((tmp_path / "async" / "status.json").read_text())["state"] == "succeeded"
+    # the notebook's dashboard draws both waits as parts of the step-time bars, from this run store
+    from skyrl_nb.dashboard import Dashboard
+
+    dash = Dashboard(tmp_path / "async", static=False)
+    dash.widget()
+    dash.refresh()
+    timing = {s["name"]: s for s in dash._charts["timing"].series}
+    for part in ("wait for batch", "wait for policy"):
+        assert part in timing and [p[0] for p in timing[part]["points"]] == [1, 2, 3, 4], part
+    assert "wait for policy" in dash.to_svg()
 
 
 def test_placement_the_cluster_cannot_hold_fails_in_one_line(tmp_path, tiny_model_dir) -> None:
