@@ -163,7 +163,10 @@ def test_quickstart_live_dashboard_click_opens_step_with_heatmap(lab, page, arti
     dashboard = page.locator(".jp-OutputArea-output", has=page.locator(REWARD_CHART)).first
     dashboard.evaluate("e => e.scrollIntoView()")
     dashboard.screenshot(path=str(artifacts / "dashboard.png"))
+    # a viewport taller than the inspector, so its screenshot is not cut by the notebook's scroll area
+    page.set_viewport_size({"width": 1500, "height": 1600})
     inspector.evaluate("e => e.scrollIntoView()")
+    page.wait_for_timeout(300)
     inspector.screenshot(path=str(artifacts / "inspector.png"))
     page.screenshot(path=str(artifacts / "notebook.png"), full_page=True)
     if os.environ.get("SKYRL_NB_UPDATE_DOCS_IMG") == "1":
