@@ -14,7 +14,8 @@ def wait_kernel_idle(lab, timeout: float = 90) -> None:
         try:
             kernels = lab.api("/api/kernels")
             last = kernels
-            if kernels and kernels[0].get("connections", 0) >= 1 and kernels[0].get("execution_state") == "idle":
+            # any kernel: an earlier test's kernel (its page closed, 0 connections) may still be listed first
+            if any(k.get("connections", 0) >= 1 and k.get("execution_state") == "idle" for k in kernels or []):
                 return
         except Exception as exc:
             last = exc
