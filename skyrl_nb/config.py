@@ -29,6 +29,8 @@ ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce++", "gae")
 POLICY_LOSSES = ("regular", "dual_clip", "gspo", "cispo")
 LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+TIS_RATIO_TYPES = ("token", "sequence")
+SEQUENCE_MASK_METRICS = ("product", "geometric")
 RESUME_MODES = ("none", "latest", "from_path")
 RUN_STATES = ("pending", "running", "succeeded", "failed", "stopped")
 BUILTIN_PREFIX = "builtin://"
@@ -112,6 +114,27 @@ class KLControllerConfig(_Section):
     horizon: int = Field(10000, gt=0)
 
 
+class OffPolicyCorrectionConfig(_Section):
+    """SkyRL's correction for rollouts sampled by a policy other than the trainer's (async, vLLM).
+
+    The ratio is ``exp(old_log_probs - rollout_logprobs)``; see
+    ``skyrl_engine.algorithms.compute_off_policy_correction``. All off by default.
+    """
+
+    tis_ratio_type: str | None = None  # None, "token" or "sequence"
+    token_tis_ratio_clip_high: float = Field(2.0, gt=0)
+    sequence_tis_ratio_clip_high: float = Field(5.0, gt=0)
+    sequence_mask_metric: str | None = None  # None, "product" or "geometric"
+    geo_mask_high: float = Field(1.01, gt=0)
+    geo_mask_low: float = Field(0.99, ge=0)
+    product_mask_high: float = Field(2.0, gt=0)
+    product_mask_low: float = Field(0.5, ge=0)
+    outlier_token_is_threshold_low: float | None = Field(None, ge=0)
+    outlier_token_is_threshold_high: float | None = Field(None, gt=0)
+    token_mask_is_threshold_low: float | None = Field(None, ge=0)
+    token_mask_is_threshold_high: float | None = Field(None, gt=0)
+
+
 class AlgorithmConfig(_Section):
     advantage_estimator: str = "grpo"
     policy_loss_type: str = "regular"
@@ -132,6 +155,7 @@ class AlgorithmConfig(_Section):
     value_clip: float | None = Field(0.2, gt=0)  # the critic's loss clips V around its pre-update value
     max_seq_len: int | None = Field(None, gt=0)
     cispo: CispoConfig = Field(default_factory=CispoConfig)
+    off_policy_correction: OffPolicyCorrectionConfig = Field(default_factory=OffPolicyCorrectionConfig)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     overlong_buffer: OverlongBufferConfig = Field(default_factory=OverlongBufferConfig)
 
@@ -589,7 +613,19 @@ def _registry_checks(cfg: JobConfig) -> list[str]:
         + _choice("trainer.algorithm.loss_reduction", a.loss_reduction, LOSS_REDUCTIONS)
         + _choice("trainer.algorithm.kl_estimator_type", a.kl_estimator_type, KL_ESTIMATORS)
         + _choice("trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
+        + _optional_choice("trainer.algorithm.off_policy_correction.tis_ratio_type",
+                           a.off_policy_correction.tis_ratio_type, TIS_RATIO_TYPES)
+        + _optional_choice("trainer.algorithm.off_policy_correction.sequence_mask_metric",
+                           a.off_policy_correction.sequence_mask_metric, SEQUENCE_MASK_METRICS)
     )
+
+
+def _optional_choice(key: str, value: str | None, allowed: tuple[str, ...]) -> list[str]:
+    """Like ``_choice`` for a key that may also be None (off)."""
+    if value is None or value in allowed:
+        return []
+    return [f"{key}: {value!r} is not allowed; allowed: null (off), {', '.join(allowed)}"
+            + did_you_mean(str(value), list(allowed))]
 
 
 def _cross_checks(cfg: JobConfig, *, check_files: bool) -> list[str]:
@@ -628,6 +664,7 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool) -> list[str]:
     if a.overlong_buffer.len >= g.sampling_params.max_generate_length and a.overlong_buffer.len:
         found.append(f"trainer.algorithm.overlong_buffer.len: {a.overlong_buffer.len} must be smaller than "
                      f"generator.sampling_params.max_generate_length={g.sampling_params.max_generate_length}")
+    found.extend(_off_policy_checks(a.off_policy_correction))
     if not cfg.trainer.policy.model.path:
         found.append("trainer.policy.model.path: None is not allowed; give a local Hugging Face model "
                      f"directory or {BUILTIN_MODELS[0]}")
@@ -641,6 +678,19 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool) -> list[str]:
                      "overlaps training, so they need their own devices); allowed: false")
     if check_files:
         found.extend(_file_checks(cfg))
+    return found
+
+
+def _off_policy_checks(c: OffPolicyCorrectionConfig) -> list[str]:
+    """Each band of ``off_policy_correction`` must have its low end below its high end."""
+    key = "trainer.algorithm.off_policy_correction"
+    found = []
+    for low, high in (("geo_mask_low", "geo_mask_high"), ("product_mask_low", "product_mask_high"),
+                      ("outlier_token_is_threshold_low", "outlier_token_is_threshold_high"),
+                      ("token_mask_is_threshold_low", "token_mask_is_threshold_high")):
+        lo, hi = getattr(c, low), getattr(c, high)
+        if lo is not None and hi is not None and lo >= hi:
+            found.append(f"{key}.{low}: {lo} is not below {high}={hi}; it must be smaller")
     return found
 
 

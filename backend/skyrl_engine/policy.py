@@ -8,6 +8,8 @@ The Ray trainer actor is this class; the bench and the tests use it in-process. 
         for each mini-batch (policy_mini_batch_size prompts x n samples):
             for each micro-batch (micro_train_batch_size_per_gpu samples):
                 loss = policy_loss(registry) [+ kl_loss_coef * KL(ref)] [- entropy_loss_coef * H]
+                    (policy_loss weighed by off_policy_correction when set: TIS with
+                     exp(old - rollout log-probs), for rollouts from an older policy or vLLM)
                 backward (each micro-batch its share of the mini-batch loss)
             clip grads to max_grad_norm; optimizer.step(); scheduler.step()
 """
@@ -143,7 +145,8 @@ class PolicyWorker:
         micro_rows = min(t.micro_train_batch_size_per_gpu, mini_rows)
         one_pass = t.update_epochs_per_batch == 1 and mini_rows >= B
         # Off the first pass the policy moves, so the loss needs the pre-update log-probs; on a
-        # single pass they equal the current ones (detached), which saves a forward pass.
+        # single pass they equal the current ones (detached), which saves a forward pass. They are
+        # also the "old" side of off_policy_correction's ratio exp(old - rollout).
         old_logprobs_BT = None if one_pass else self._forward_no_grad(self.model, batch)
         ref_logprobs_BT = self._forward_no_grad(self.ref_model, batch) if self.ref_model is not None else None
 

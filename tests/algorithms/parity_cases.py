@@ -26,7 +26,19 @@ SPEC = dict(
     eps_clip_low=0.2, eps_clip_high=0.28, clip_ratio_c=3.0, value_clip=0.2, kl_loss_coef=0.05,
     cispo_eps_clip_low=0.1, cispo_eps_clip_high=0.15, gamma=0.95, lambd=0.9, max_seq_len=24,
     kl_target=0.1, kl_horizon=50,
+    # trainer.algorithm.off_policy_correction cases, each with the regular loss (SkyRL's names and meanings)
+    off_policy_cases={
+        "tis_token": {"tis_ratio_type": "token", "token_tis_ratio_clip_high": 1.5},
+        "tis_sequence": {"tis_ratio_type": "sequence", "sequence_tis_ratio_clip_high": 3.0},
+        "masks": {"tis_ratio_type": "token", "sequence_mask_metric": "geometric", "geo_mask_low": 0.9,
+                  "geo_mask_high": 1.1, "outlier_token_is_threshold_low": 0.05,
+                  "outlier_token_is_threshold_high": 20.0, "token_mask_is_threshold_low": 0.3,
+                  "token_mask_is_threshold_high": 3.0},
+        "product_mask": {"tis_ratio_type": "sequence", "sequence_mask_metric": "product",
+                         "product_mask_low": 0.5, "product_mask_high": 2.0},
+    },
 )
+OFF_POLICY_REDUCTIONS = ("token_mean", "sequence_mean")
 
 
 def make_inputs(seed: int = 0) -> dict[str, np.ndarray]:
@@ -54,6 +66,9 @@ def make_inputs(seed: int = 0) -> dict[str, np.ndarray]:
         log_probs=f32(old + rng.normal(scale=0.3, size=(batch, width)) + 1.5 * (rng.random((batch, width)) < 0.1)),
         ref_log_probs=f32(old + rng.normal(scale=0.5, size=(batch, width))),
         logits=f32(rng.normal(scale=3.0, size=(batch, width, 11))),
+        # the sampler's log-probs: near the old ones, ~5% tokens far off (outlier and token masks)
+        rollout_log_probs=f32(old + rng.normal(scale=0.3, size=(batch, width))
+                              + 3.0 * rng.choice([-1.0, 1.0], size=(batch, width)) * (rng.random((batch, width)) < 0.05)),
     )
 
 
@@ -86,6 +101,18 @@ def ours(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             key = f"{loss_name}/{reduction}"
             out[f"loss/{key}"], out[f"grad/{key}"] = loss.detach(), log_probs.grad
             out[f"clip_ratio/{key}"] = torch.tensor(metrics["clip_ratio"])
+
+    for case, correction in SPEC["off_policy_cases"].items():
+        for reduction in OFF_POLICY_REDUCTIONS:
+            log_probs = t["log_probs"].clone().requires_grad_(True)
+            config = algo(loss_reduction=reduction, off_policy_correction=SimpleNamespace(**correction))
+            loss, metrics = alg.compute_policy_loss("regular", log_probs, t["old_log_probs"], t["advantages"], mask,
+                                                    config, rollout_logprobs=t["rollout_log_probs"])
+            loss.backward()
+            key = f"off_policy/{case}/{reduction}"
+            out[f"{key}/loss"], out[f"{key}/grad"] = loss.detach(), log_probs.grad
+            for name, value in metrics.items():
+                out[f"{key}/{name}"] = torch.tensor(value)
 
     for kind in ("k1", "k2", "k3", "abs"):
         out[f"kl/{kind}"] = alg.compute_approx_kl(t["log_probs"], t["ref_log_probs"], kind, mask)

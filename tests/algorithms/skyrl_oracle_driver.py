@@ -136,6 +136,27 @@ def run_one(modules, spec, inputs_path, outputs_path):
             out[f"clip_ratio/{key}"] = torch.tensor(metrics["clip_ratio"])
             out[f"grad/{key}"] = log_probs.grad
 
+    # off-policy correction: SkyRL's regular loss with off_policy_correction and the sampler's log-probs
+    for case, correction in spec["off_policy_cases"].items():
+        for reduction in ("token_mean", "sequence_mean"):
+            config = algo(
+                policy_loss_type="regular",
+                loss_reduction=reduction,
+                off_policy_correction=skyrl_config.OffPolicyCorrectionConfig(**correction),
+            )
+            scaled = ppo.apply_loss_reduction_to_advantages_minibatch(
+                t["advantages"], mask, reduction, micro_batch_size=batch, max_seq_len=spec["max_seq_len"]
+            )
+            log_probs = t["log_probs"].clone().requires_grad_(True)
+            loss, metrics = ppo.PolicyLossRegistry.get("regular")(
+                log_probs, t["old_log_probs"], scaled, config, loss_mask=mask, rollout_logprobs=t["rollout_log_probs"]
+            )
+            loss.backward()
+            key = f"off_policy/{case}/{reduction}"
+            out[f"{key}/loss"], out[f"{key}/grad"] = loss.detach(), log_probs.grad
+            for name, value in metrics.items():
+                out[f"{key}/{name}"] = torch.tensor(value)
+
     # KL estimators, masked, and the KL loss as SkyRL's worker adds it
     # (worker.py: masked_mean(kl, loss_mask, dim=-1).mean())
     for kind in ("k1", "k2", "k3", "abs"):

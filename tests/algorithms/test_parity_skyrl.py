@@ -19,6 +19,9 @@ How the quantities map:
   ``compute_kl_loss``; per-token KL with and without a mask vs ``compute_approx_kl``.
 - critic: ``ppo_critic_loss`` vs ``compute_value_loss`` (loss and clipfrac), with and without clip.
 - entropy: ``chunked_entropy_from_logits`` vs ``compute_entropy``.
+- off-policy correction: SkyRL's ``regular`` loss with ``off_policy_correction`` (token and
+  sequence TIS, outlier/token/geometric/product masks) and the sampler's log-probs vs
+  ``compute_policy_loss(..., rollout_logprobs=...)``: loss, gradient and every metric by name.
 - KL in the reward: ``RayPPOTrainer.apply_reward_kl_penalty`` (run from trainer.py's source; the
   trainer module needs GPU-only packages to import) with ``get_kl_controller`` (fixed and adaptive),
   three steps, vs ``apply_kl_penalty`` with ``get_kl_controller``: rewards, metrics, final coefficient.
@@ -78,3 +81,9 @@ def test_the_comparison_is_not_vacuous(compared):
         assert mine["kl_reward/adaptive/final_coef"] != pytest.approx(SPEC["kl_loss_coef"])
         assert 0 < mine["value_clipfrac"] < 1
         assert mine["loss/dual_clip/token_mean"] != pytest.approx(mine["loss/regular/token_mean"])
+        # every off-policy correction bites on part of the batch
+        for key in ("tis_token/token_mean/tis_token_clip_high_ratio", "tis_sequence/token_mean/tis_seq_clip_high_ratio",
+                    "masks/token_mean/outlier_seq_masked_ratio", "masks/token_mean/token_mask_ratio",
+                    "masks/token_mean/geo_sequence_mask_masked_ratio",
+                    "product_mask/token_mean/product_sequence_mask_masked_ratio"):
+            assert 0 < mine[f"off_policy/{key}"] < 1, key

@@ -79,3 +79,13 @@ def test_full_loop_with_eval_and_checkpoint_pruning(tmp_path, tiny_model_dir):
     assert reader.status()["state"] == "succeeded" and reader.status()["step"] == 3
     assert sorted(p.name for p in (cfg.run_dir / "checkpoints").iterdir() if p.name.startswith("global")) == ["global_step_3"]
     assert reader.trajectory_steps() == [1, 2, 3]
+
+
+def test_off_policy_correction_sees_the_samplers_log_probs(tmp_path, tiny_model_dir):
+    """Synchronous rollouts come from the trainer's own weights, so the TIS ratio is 1 up to rounding."""
+    cfg = _cfg(tmp_path, tiny_model_dir, "trainer.algorithm.off_policy_correction.tis_ratio_type=sequence")
+    trainer, _ = _trainer(cfg, tiny_model_dir)
+    metrics = trainer.train_one_step(1)
+    assert abs(metrics["policy/loss_metrics/is_ratio_mean"] - 1.0) < 1e-4
+    assert abs(metrics["policy/loss_metrics/is_ratio_max"] - 1.0) < 1e-3
+    assert metrics["policy/loss_metrics/tis_seq_clip_high_ratio"] == 0.0
