@@ -631,12 +631,8 @@ def _optional_choice(key: str, value: str | None, allowed: tuple[str, ...]) -> l
 def _cross_checks(cfg: JobConfig, *, check_files: bool) -> list[str]:
     t, g, a = cfg.trainer, cfg.generator, cfg.trainer.algorithm
     found: list[str] = []
-    if t.policy_mini_batch_size > t.train_batch_size:
-        found.append(f"trainer.policy_mini_batch_size: {t.policy_mini_batch_size} is larger than "
-                     f"trainer.train_batch_size={t.train_batch_size}; it must be at most that")
-    elif t.train_batch_size % t.policy_mini_batch_size:
-        found.append(f"trainer.train_batch_size: {t.train_batch_size} is not a multiple of "
-                     f"trainer.policy_mini_batch_size={t.policy_mini_batch_size}")
+    found += _mini_batch_problems("policy_mini_batch_size", t.policy_mini_batch_size, t.train_batch_size,
+                                  "it must be at most that")
     samples = t.policy_mini_batch_size * g.n_samples_per_prompt
     micro = t.micro_train_batch_size_per_gpu
     if micro > samples:
@@ -694,20 +690,24 @@ def _off_policy_checks(c: OffPolicyCorrectionConfig) -> list[str]:
     return found
 
 
+def _mini_batch_problems(name: str, mini: int, train_batch_size: int, bound_note: str) -> list[str]:
+    """``trainer.<name>`` must be at most ``trainer.train_batch_size`` and divide it."""
+    if mini > train_batch_size:
+        return [f"trainer.{name}: {mini} is larger than trainer.train_batch_size={train_batch_size}; {bound_note}"]
+    if train_batch_size % mini:
+        return [f"trainer.train_batch_size: {train_batch_size} is not a multiple of trainer.{name}={mini}"]
+    return []
+
+
 def _critic_checks(cfg: JobConfig) -> list[str]:
     """What ``gae`` (a critic) needs of the batch sizes and the loop."""
     t, g = cfg.trainer, cfg.generator
-    found = []
-    if t.critic_mini_batch_size > t.train_batch_size:
-        found.append(f"trainer.critic_mini_batch_size: {t.critic_mini_batch_size} is larger than "
-                     f"trainer.train_batch_size={t.train_batch_size}; gae's critic needs it at most that")
-    elif t.train_batch_size % t.critic_mini_batch_size:
-        found.append(f"trainer.train_batch_size: {t.train_batch_size} is not a multiple of "
-                     f"trainer.critic_mini_batch_size={t.critic_mini_batch_size}")
-    elif (t.critic_mini_batch_size * g.n_samples_per_prompt) % min(t.micro_train_batch_size_per_gpu,
-                                                                    t.critic_mini_batch_size * g.n_samples_per_prompt):
+    found = _mini_batch_problems("critic_mini_batch_size", t.critic_mini_batch_size, t.train_batch_size,
+                                 "gae's critic needs it at most that")
+    samples = t.critic_mini_batch_size * g.n_samples_per_prompt
+    if not found and samples % min(t.micro_train_batch_size_per_gpu, samples):
         found.append(f"trainer.micro_train_batch_size_per_gpu: {t.micro_train_batch_size_per_gpu} does not divide "
-                     f"one critic mini-batch of {t.critic_mini_batch_size * g.n_samples_per_prompt} samples")
+                     f"one critic mini-batch of {samples} samples")
     if t.async_one_step or t.fully_async.enabled:
         found.append("trainer.algorithm.advantage_estimator: 'gae' (a critic) runs in the synchronous loop only; "
                      "set trainer.async_one_step=false and trainer.fully_async.enabled=false")

@@ -87,9 +87,8 @@ class CriticWorker:
 
     def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
         import torch
-        from transformers import get_scheduler
 
-        from skyrl_engine.policy import _SCHEDULERS, set_torch_threads
+        from skyrl_engine.policy import make_optimizer, set_torch_threads
 
         self.num_threads = set_torch_threads(num_threads)
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -97,17 +96,8 @@ class CriticWorker:
         t = cfg.trainer
         self.model = build_value_model(model_path, int(t.seed))
         self.model.train()
-        oc = t.critic.optimizer_config
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay
-        )
         updates_per_step = max(1, t.train_batch_size // t.critic_mini_batch_size) * t.update_epochs_per_batch
-        self.scheduler = get_scheduler(
-            _SCHEDULERS[oc.scheduler],
-            self.optimizer,
-            num_warmup_steps=oc.num_warmup_steps,
-            num_training_steps=max(1, total_steps * updates_per_step),
-        )
+        self.optimizer, self.scheduler = make_optimizer(self.model, t.critic.optimizer_config, total_steps * updates_per_step)
 
     def compute_values(self, batch: TrainBatch) -> torch.Tensor:
         """``values_BT`` of the batch before any update (micro-batched, no grad), zero off the response."""

@@ -98,12 +98,23 @@ def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy
     return logprobs_BT, (logits_BTV if with_entropy else None)
 
 
+def make_optimizer(model: Any, optimizer_config: Any, total_optimizer_steps: int) -> tuple[Any, Any]:
+    """AdamW over ``model``'s parameters and its LR schedule, from an ``optimizer_config`` section."""
+    import torch
+    from transformers import get_scheduler
+
+    oc = optimizer_config
+    optimizer = torch.optim.AdamW(model.parameters(), lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay)
+    scheduler = get_scheduler(_SCHEDULERS[oc.scheduler], optimizer, num_warmup_steps=oc.num_warmup_steps,
+                              num_training_steps=max(1, total_optimizer_steps))
+    return optimizer, scheduler
+
+
 class PolicyWorker:
     """Policy + optional frozen reference + AdamW + LR schedule; one :meth:`train_step` per step."""
 
     def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
         import torch
-        from transformers import get_scheduler
 
         from skyrl_engine.models import load_model
 
@@ -118,18 +129,9 @@ class PolicyWorker:
         self.ref_model = load_model(model_path) if self.algo.use_kl_loss else None
         if self.ref_model is not None:
             self.ref_model.requires_grad_(False)
-        oc = t.policy.optimizer_config
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay
-        )
         updates_per_step = (t.train_batch_size // t.policy_mini_batch_size) * t.update_epochs_per_batch
         self.total_optimizer_steps = max(1, total_steps * updates_per_step)
-        self.scheduler = get_scheduler(
-            _SCHEDULERS[oc.scheduler],
-            self.optimizer,
-            num_warmup_steps=oc.num_warmup_steps,
-            num_training_steps=self.total_optimizer_steps,
-        )
+        self.optimizer, self.scheduler = make_optimizer(self.model, t.policy.optimizer_config, self.total_optimizer_steps)
 
     # -- the update ---------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch) -> dict[str, float]:

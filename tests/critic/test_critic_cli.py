@@ -4,14 +4,10 @@ checkpoint, and a kill -9 + resume that ends bit-identical to an uninterrupted r
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from engine_runs import finish, kill_after_checkpoint, start_train
 
 SMALL = [
     "trainer.algorithm.advantage_estimator=gae",
@@ -24,23 +20,8 @@ SMALL = [
 ]
 
 
-def _cli(run_root: Path, run_id: str, model: str, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    args = [sys.executable, "-m", "skyrl_engine", "train", "--config", "quickstart", f"run.run_root={run_root}",
-            f"run.run_id={run_id}", f"trainer.policy.model.path={model}", *SMALL, *extra]
-    # own session: kill -9 of the group takes the local Ray processes (the critic actor too) with the driver
-    return subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 600) -> None:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the run did not finish in {timeout}s:\n{out[-4000:]}")
-    assert proc.returncode == 0, out[-4000:]
+def _cli(run_root: Path, run_id: str, model: str, *extra: str):
+    return start_train(run_root, run_id, model, *SMALL, *extra)
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -49,7 +30,7 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_gae_on_ray_writes_critic_metrics_and_resumes_exactly_after_kill_9(tmp_path, tiny_model_dir):
-    _finish(_cli(tmp_path, "straight", tiny_model_dir))
+    finish(_cli(tmp_path, "straight", tiny_model_dir))
     straight = tmp_path / "straight"
     rows = _metrics(straight)
     assert [r["step"] for r in rows] == list(range(1, 9))
@@ -58,18 +39,10 @@ def test_gae_on_ray_writes_critic_metrics_and_resumes_exactly_after_kill_9(tmp_p
     events = [json.loads(line) for line in (straight / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if "local Ray did not start" in e.get("message", "")], events  # actors, not in-process
 
-    victim = _cli(tmp_path, "killed", tiny_model_dir)
-    latest = tmp_path / "killed" / "checkpoints" / "latest_ckpt_global_step.txt"
-    deadline = time.time() + 300
-    while not (latest.exists() and int(latest.read_text() or 0) >= 3):
-        assert victim.poll() is None, victim.communicate()[0][-3000:]
-        assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.2)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait()
+    kill_after_checkpoint(_cli(tmp_path, "killed", tiny_model_dir), tmp_path / "killed", 3)
     assert max(r["step"] for r in _metrics(tmp_path / "killed")) < 8
 
-    _finish(_cli(tmp_path, "killed", tiny_model_dir, "trainer.resume_mode=latest"))
+    finish(_cli(tmp_path, "killed", tiny_model_dir, "trainer.resume_mode=latest"))
     killed = tmp_path / "killed"
     assert [r["step"] for r in _metrics(killed)] == list(range(1, 9))
     for part in ("policy/model.safetensors", "critic/model.safetensors"):

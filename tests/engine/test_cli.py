@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from engine_runs import finish, kill_after_checkpoint, start_train
 from skyrl_engine.__main__ import main
 
 SMALL = [
@@ -45,24 +41,8 @@ def test_train_refuses_a_bad_config_before_starting_anything(capsys, tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
-def _cli(run_root: Path, run_id: str, model: str, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    args = [sys.executable, "-m", "skyrl_engine", "train", "--config", "quickstart", f"run.run_root={run_root}",
-            f"run.run_id={run_id}", f"trainer.policy.model.path={model}", *SMALL, *extra]
-    # own session: kill -9 of the group takes the local Ray processes with the driver
-    return subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 600) -> str:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the run did not finish in {timeout}s:\n{out[-4000:]}")
-    assert proc.returncode == 0, out[-4000:]
-    return out
+def _cli(run_root: Path, run_id: str, model: str, *extra: str):
+    return start_train(run_root, run_id, model, *SMALL, *extra)
 
 
 def _steps(run_dir: Path) -> list[int]:
@@ -71,7 +51,7 @@ def _steps(run_dir: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
-    _finish(_cli(tmp_path, "e2e", tiny_model_dir, "trainer.max_training_steps=3", "trainer.eval_interval=3",
+    finish(_cli(tmp_path, "e2e", tiny_model_dir, "trainer.max_training_steps=3", "trainer.eval_interval=3",
                  "trainer.placement.colocate_all=false",
                  "trainer.eval_batch_size=16", "data.val_data=[builtin://arithmetic/test]"))
     run = tmp_path / "e2e"
@@ -90,21 +70,13 @@ def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
 def test_kill_9_and_resume_is_bit_exact(tmp_path, tiny_model_dir):
     steps = ["trainer.max_training_steps=8", "trainer.ckpt_interval=3"]
     reference = _cli(tmp_path, "straight", tiny_model_dir, *steps)
-    _finish(reference)
+    finish(reference)
 
-    victim = _cli(tmp_path, "killed", tiny_model_dir, *steps)
-    latest = tmp_path / "killed" / "checkpoints" / "latest_ckpt_global_step.txt"
-    deadline = time.time() + 300
-    while not (latest.exists() and int(latest.read_text() or 0) >= 3):
-        assert victim.poll() is None, victim.communicate()[0][-3000:]
-        assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.2)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait()
+    kill_after_checkpoint(_cli(tmp_path, "killed", tiny_model_dir, *steps), tmp_path / "killed", 3)
     killed_at = max(_steps(tmp_path / "killed"), default=0)
     assert killed_at < 8
 
-    _finish(_cli(tmp_path, "killed", tiny_model_dir, *steps, "trainer.resume_mode=latest"))
+    finish(_cli(tmp_path, "killed", tiny_model_dir, *steps, "trainer.resume_mode=latest"))
     assert _steps(tmp_path / "killed") == list(range(1, 9))
     events = [json.loads(line)["kind"] for line in (tmp_path / "killed" / "events.jsonl").read_text().splitlines()]
     assert "resumed" in events
