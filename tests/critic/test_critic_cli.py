@@ -1,5 +1,7 @@
-"""``python -m skyrl_engine train ... advantage_estimator=gae`` on Ray (slow): critic metrics and
-checkpoint, and a kill -9 + resume that ends bit-identical to an uninterrupted run, critic included."""
+"""``python -m skyrl_engine train ... advantage_estimator=gae`` (slow): critic metrics and checkpoint,
+and a kill -9 + resume that ends bit-identical to an uninterrupted run, critic included. Colocated on
+CPU, so all in the job's process; the critic as a Ray actor runs in
+tests/engine/test_cli.py::test_end_to_end_run_on_ray."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ SMALL = [
     "generator.sampling_params.max_generate_length=4", "trainer.eval_interval=0", "trainer.eval_before_train=false",
     "trainer.num_threads=1", "trainer.max_training_steps=8", "trainer.ckpt_interval=3",
     "trainer.policy.optimizer_config.lr=1e-3", "trainer.critic.optimizer_config.lr=1e-3",
-    "trainer.placement.colocate_all=false",  # generator, trainer and critic as Ray actors
 ]
 
 
@@ -29,15 +30,13 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_gae_on_ray_writes_critic_metrics_and_resumes_exactly_after_kill_9(tmp_path, tiny_model_dir):
+def test_gae_writes_critic_metrics_and_resumes_exactly_after_kill_9(tmp_path, tiny_model_dir):
     finish(_cli(tmp_path, "straight", tiny_model_dir))
     straight = tmp_path / "straight"
     rows = _metrics(straight)
     assert [r["step"] for r in rows] == list(range(1, 9))
     for key in ("critic/critic_loss", "critic/values_mean", "critic/values_clipfrac", "critic/grad_norm"):
         assert all(key in r for r in rows), key
-    events = [json.loads(line) for line in (straight / "events.jsonl").read_text().splitlines()]
-    assert not [e for e in events if "local Ray did not start" in e.get("message", "")], events  # actors, not in-process
 
     kill_after_checkpoint(_cli(tmp_path, "killed", tiny_model_dir), tmp_path / "killed", 3)
     assert max(r["step"] for r in _metrics(tmp_path / "killed")) < 8

@@ -52,7 +52,8 @@ def _steps(run_dir: Path) -> list[int]:
 @pytest.mark.slow
 def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
     finish(_cli(tmp_path, "e2e", tiny_model_dir, "trainer.max_training_steps=3", "trainer.eval_interval=3",
-                 "trainer.placement.colocate_all=false",
+                 "trainer.placement.colocate_all=false",  # generator, trainer and critic as Ray actors
+                 "trainer.algorithm.advantage_estimator=gae", "trainer.critic_mini_batch_size=4",
                  "trainer.eval_batch_size=16", "data.val_data=[builtin://arithmetic/test]"))
     run = tmp_path / "e2e"
     assert _steps(run) == [1, 2, 3]
@@ -60,6 +61,7 @@ def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
     assert status["state"] == "succeeded" and status["step"] == 3 and status["total_steps"] == 3
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert "eval/all/avg_score" in last and last["timing/sync_weights"] > 0
+    assert last["timing/critic_train"] > 0 and "critic/critic_loss" in last  # the critic actor trained
     assert (run / "checkpoints" / "latest_ckpt_global_step.txt").read_text() == "3"
     # the generator and trainer ran as Ray actors, not in the in-process fallback
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]

@@ -139,7 +139,12 @@ def test_port_forward_connect_and_token(fake_k8s: Any, kube: KubeClient) -> None
         for _ in range(3):
             req = urllib.request.Request(cluster.address + "/api/jobs/",
                                          headers={"Authorization": f"Bearer {dash.token}"})
-            assert json.loads(urllib.request.urlopen(req, timeout=5).read()) == []
+            try:
+                body = urllib.request.urlopen(req, timeout=5).read()
+            except Exception as e:  # say what the tunnel saw (seen once in CI: a close without a response)
+                raise AssertionError(f"{type(e).__name__}: {e}; port-forward errors {cluster.port_forward.errors}, "
+                                     f"fake API server errors {getattr(fake_k8s, 'errors', '?')}") from e
+            assert json.loads(body) == []
         assert fake_k8s.ws_sessions >= 4
         no_token = urllib.request.Request(cluster.address + "/api/version")
         with pytest.raises(urllib.error.HTTPError) as e:
