@@ -86,12 +86,9 @@ class CriticWorker:
     """Value model + AdamW + LR schedule (``trainer.critic.optimizer_config``)."""
 
     def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
-        import torch
+        from skyrl_engine.policy import make_optimizer, prepare_worker
 
-        from skyrl_engine.policy import make_optimizer, set_torch_threads
-
-        self.num_threads = set_torch_threads(num_threads)
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        self.num_threads = prepare_worker(num_threads)
         self.cfg = cfg
         t = cfg.trainer
         self.model = build_value_model(model_path, int(t.seed))

@@ -98,6 +98,15 @@ def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy
     return logprobs_BT, (logits_BTV if with_entropy else None)
 
 
+def prepare_worker(num_threads: int) -> int:
+    """What every model worker does first: fix torch's threads, turn deterministic algorithms on."""
+    import torch
+
+    threads = set_torch_threads(num_threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return threads
+
+
 def make_optimizer(model: Any, optimizer_config: Any, total_optimizer_steps: int) -> tuple[Any, Any]:
     """AdamW over ``model``'s parameters and its LR schedule, from an ``optimizer_config`` section."""
     import torch
@@ -114,12 +123,9 @@ class PolicyWorker:
     """Policy + optional frozen reference + AdamW + LR schedule; one :meth:`train_step` per step."""
 
     def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
-        import torch
-
         from skyrl_engine.models import load_model
 
-        self.num_threads = set_torch_threads(num_threads)
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        self.num_threads = prepare_worker(num_threads)
         self.cfg = cfg
         t = cfg.trainer
         self.algo = t.algorithm
