@@ -115,11 +115,12 @@ def test_quickstart_live_dashboard_click_opens_step_with_heatmap(lab, page, arti
 
     # a real mouse click on the reward point of step 2, while the job still runs and the notebook's
     # last cell awaits it (`await dash.wait_async()` leaves the kernel free for widget messages)
+    # The chart is redrawn on every update while the job runs, so the point's element is replaced every
+    # half second: playwright's click re-finds it, waits until it is visible and stable, then clicks
+    # its centre with the mouse (seen in CI: a bounding box read between two redraws came back None).
     point = page.locator(f"{REWARD_POINTS}[data-step='2']")
     point.evaluate("e => e.scrollIntoView({block: 'center'})")
-    box = point.bounding_box()
-    assert box is not None
-    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    point.click(timeout=30_000)
     page.wait_for_function(
         "() => /^step 2 ·/.test(document.querySelector('.skyrl-inspector .sk-summary')?.textContent || '')",
         timeout=30_000)
