@@ -122,9 +122,8 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     from skyrl_engine.tasks import load_prompts
     from skyrl_engine.trainer import LocalWorkers, RLTrainer
 
-    use_vllm = cfg.generator.inference_engine.backend == "vllm"
     vllm_python = None
-    if use_vllm:  # before anything starts: RuntimeError naming SKYRL_VLLM_PYTHON when there is no vLLM
+    if uses_vllm(cfg):  # before anything starts: RuntimeError naming SKYRL_VLLM_PYTHON when there is no vLLM
         from skyrl_engine.vllm_engine import find_vllm_python
 
         vllm_python = find_vllm_python()
@@ -157,7 +156,7 @@ def _start_ray_workers(cfg, writer, held: dict[str, Any], model_path: str, total
     from skyrl_engine.ray_runtime import RayWorkers, connect, is_submitted_job
     from skyrl_engine.trainer import LocalWorkers
 
-    use_vllm = cfg.generator.inference_engine.backend == "vllm"
+    use_vllm = uses_vllm(cfg)
     try:
         held["connection"] = connect()
     except Exception as err:
@@ -188,13 +187,18 @@ def _keep_tokenizer(model_path: str, run_dir: str) -> None:
         shutil.copyfile(source, os.path.join(target, "tokenizer.json"))
 
 
+def uses_vllm(cfg) -> bool:
+    """``generator.inference_engine.backend=vllm``: the generator is vLLM engine actors."""
+    return cfg.generator.inference_engine.backend == "vllm"
+
+
 def runs_in_job_process(cfg) -> bool:
     """True for a colocated run on CPU: the generator and trainer live in the job's own process.
 
     Disaggregated runs (``trainer.placement.colocate_all=false``) put them in Ray actors with their
     own CPU bundles; on a machine with CUDA colocated runs use actors that share the GPUs.
     """
-    if cfg.generator.inference_engine.backend == "vllm":  # vLLM engines are always actors
+    if uses_vllm(cfg):  # vLLM engines are always actors
         return False
     return bool(cfg.trainer.placement.colocate_all) and not _has_cuda()
 
