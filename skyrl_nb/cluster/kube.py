@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import select
 import socket
 import ssl
 import struct
@@ -438,40 +439,55 @@ class PortForward:
             return
         with self._lock:
             self._sockets.update((conn, ws))
+        try:
+            self._pump(conn, ws)
+        except Exception as e:  # the server went away, or close() shut the sockets
+            if not self._closed.is_set():
+                log.debug("port-forward connection ended: %s: %s", type(e).__name__, e)
+        finally:
+            _quiet(conn.shutdown, socket.SHUT_RDWR)
+            _quiet(conn.close)
+            _quiet(ws.shutdown)
+            with self._lock:
+                self._sockets.difference_update((conn, ws))
 
-        def upstream() -> None:  # local TCP -> pod
-            try:
-                while True:
-                    data = conn.recv(65536)
-                    if not data:
-                        break
-                    ws.send_binary(b"\x00" + data)
-            except OSError:
-                pass
-            finally:
-                _quiet(ws.close)
+    def _pump(self, conn: socket.socket, ws: Any) -> None:
+        """Copy bytes both ways until either end closes, all in this one thread.
 
-        threading.Thread(target=upstream, daemon=True).start()
+        One thread, because the WebSocket is usually TLS, and an OpenSSL connection must not be read
+        in one thread while another writes to it: with a reader and a writer thread, about one request
+        in thirty lost its connection without a response.
+        """
         import websocket
 
-        try:
-            while True:  # pod -> local TCP
+        raw = ws.sock
+        local_open = True
+        deadline: float | None = None  # after the local side closed: how long to wait for the server
+        while not self._closed.is_set():
+            watch = [raw, conn] if local_open else [raw]
+            if isinstance(raw, ssl.SSLSocket) and raw.pending():
+                readable = [raw]  # decrypted bytes already buffered: select would not see them
+            else:
+                readable, _, _ = select.select(watch, [], [], 1.0)
+            if conn in readable:
+                data = conn.recv(65536)
+                if data:
+                    ws.send_binary(b"\x00" + data)
+                else:  # the local client is done: tell the server, then wait for its close frame
+                    local_open = False
+                    ws.send_close()
+                    deadline = time.monotonic() + self.kube.timeout
+            if raw in readable:
                 opcode, frame = ws.recv_data()
                 if opcode == websocket.ABNF.OPCODE_CLOSE or not frame:
-                    break
+                    return
                 if frame[0] == 0:
                     conn.sendall(frame[1:])
                 elif frame[0] == 1 and len(frame) > 1:
                     self.errors.append(frame[1:].decode(errors="replace"))
                     log.warning("port-forward error from the API server: %s", self.errors[-1])
-        except Exception:
-            pass
-        finally:
-            _quiet(conn.shutdown, socket.SHUT_RDWR)
-            _quiet(conn.close)
-            _quiet(ws.close)
-            with self._lock:
-                self._sockets.difference_update((conn, ws))
+            if deadline is not None and time.monotonic() > deadline:
+                return
 
     def close(self) -> None:
         """Stop listening and close every open tunnel."""
@@ -479,7 +495,11 @@ class PortForward:
         _quiet(self._listener.close)
         with self._lock:
             for s in list(self._sockets):
-                _quiet(s.close)
+                # Shut down, never close, from here: each connection's own thread wakes up and closes
+                # its sockets, so no descriptor is freed while another thread still reads it.
+                raw = s if isinstance(s, socket.socket) else getattr(s, "sock", None)
+                if raw is not None:
+                    _quiet(raw.shutdown, socket.SHUT_RDWR)
 
     def __enter__(self) -> PortForward:
         return self

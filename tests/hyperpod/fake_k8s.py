@@ -25,6 +25,7 @@ import datetime as dt
 import hashlib
 import json
 import secrets
+import select
 import socket
 import ssl
 import struct
@@ -475,16 +476,16 @@ def _make_handler(fake: FakeKubernetes) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.flush()
             fake.ws_sessions += 1
+            # Like the API server, one loop copies both ways; unlike Go's TLS, an OpenSSL connection
+            # must not be read in one thread while another writes, so this fake uses one thread too.
             sock = self.connection
-            send_lock = threading.Lock()
 
             def send(payload: bytes, opcode: int = 2) -> None:
                 header = bytes([0x80 | opcode])
                 n = len(payload)
                 header += bytes([n]) if n < 126 else (bytes([126]) + struct.pack(">H", n) if n < 65536
                                                       else bytes([127]) + struct.pack(">Q", n))
-                with send_lock:
-                    sock.sendall(header + payload)
+                sock.sendall(header + payload)
 
             preamble = struct.pack("<H", port)
             send(b"\x00" + preamble)
@@ -501,32 +502,39 @@ def _make_handler(fake: FakeKubernetes) -> type[BaseHTTPRequestHandler]:
                 send(struct.pack(">H", 1000), opcode=8)
                 return
             backend.settimeout(None)
-
-            def backend_to_ws() -> None:
-                try:
-                    while True:
-                        data = backend.recv(65536)
-                        if not data:
-                            break
-                        send(b"\x00" + data)
-                except OSError:
-                    pass
-                try:
-                    send(struct.pack(">H", 1000), opcode=8)
-                except OSError:
-                    pass
-
-            threading.Thread(target=backend_to_ws, daemon=True).start()
+            buf = bytearray()
             try:
                 while True:
-                    opcode, payload = _read_frame(self.rfile)
-                    if opcode == 8:
-                        break
-                    if opcode == 9:
-                        send(payload, opcode=10)
-                        continue
-                    if opcode in (1, 2) and payload and payload[0] == 0:
-                        backend.sendall(payload[1:])
+                    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+                        readable = [sock]
+                    else:
+                        readable, _, _ = select.select([sock, backend], [], [], 10.0)
+                        if not readable:
+                            continue
+                    if backend in readable:
+                        data = backend.recv(65536)
+                        if not data:  # the pod's port closed the connection
+                            send(struct.pack(">H", 1000), opcode=8)
+                            break
+                        send(b"\x00" + data)
+                    if sock in readable:
+                        data = sock.recv(65536)
+                        if not data:
+                            break
+                        buf += data
+                        closing = False
+                        while (frame := _parse_frame(buf)) is not None:
+                            opcode, payload = frame
+                            if opcode == 8:  # the client closed: answer and stop
+                                send(struct.pack(">H", 1000), opcode=8)
+                                closing = True
+                                break
+                            if opcode == 9:
+                                send(payload, opcode=10)
+                            elif opcode in (1, 2) and payload and payload[0] == 0:
+                                backend.sendall(payload[1:])
+                        if closing:
+                            break
             except (OSError, ConnectionError, struct.error):
                 pass
             finally:
@@ -540,25 +548,27 @@ def _make_handler(fake: FakeKubernetes) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _read_exact(f: Any, n: int) -> bytes:
-    data = f.read(n)
-    if len(data) < n:
-        raise ConnectionError("websocket closed")
-    return data
-
-
-def _read_frame(f: Any) -> tuple[int, bytes]:
-    b1, b2 = _read_exact(f, 2)
-    opcode, masked, n = b1 & 0x0F, b2 & 0x80, b2 & 0x7F
+def _parse_frame(buf: bytearray) -> tuple[int, bytes] | None:
+    """Take one whole WebSocket frame off the front of ``buf``; None while it is incomplete."""
+    if len(buf) < 2:
+        return None
+    opcode, masked, n = buf[0] & 0x0F, buf[1] & 0x80, buf[1] & 0x7F
+    at = 2
     if n == 126:
-        n = struct.unpack(">H", _read_exact(f, 2))[0]
+        if len(buf) < 4:
+            return None
+        n, at = struct.unpack(">H", buf[2:4])[0], 4
     elif n == 127:
-        n = struct.unpack(">Q", _read_exact(f, 8))[0]
-    mask = _read_exact(f, 4) if masked else b"\x00\x00\x00\x00"
-    payload = bytearray(_read_exact(f, n))
-    for i in range(n):
-        payload[i] ^= mask[i % 4]
-    return opcode, bytes(payload)
+        if len(buf) < 10:
+            return None
+        n, at = struct.unpack(">Q", buf[2:10])[0], 10
+    mask = bytes(buf[at:at + 4]) if masked else b"\x00\x00\x00\x00"
+    at += 4 if masked else 0
+    if len(buf) < at + n:
+        return None
+    payload = bytes(b ^ mask[i % 4] for i, b in enumerate(buf[at:at + n]))
+    del buf[:at + n]
+    return opcode, payload
 
 
 class FakeRayDashboard:

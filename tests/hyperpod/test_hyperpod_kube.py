@@ -161,7 +161,11 @@ def test_port_forward_connect_and_token(fake_k8s: Any, kube: KubeClient) -> None
         for _ in range(5):
             rc.status()  # each read is one operator reconcile
         assert rc.head_pod() != old_head
-        assert cluster.ping() == "2.52.1" and pf.pod != old_head
+        try:
+            version = cluster.ping()
+        except Exception as e:
+            raise AssertionError(f"{type(e).__name__}: {e}; port-forward errors {pf.errors}") from e
+        assert version == "2.52.1" and pf.pod != old_head
         cluster.shutdown()  # closes the tunnel, keeps the RayCluster
         assert not pf.is_open and ("rayclusters", "team-a", "rl") in fake_k8s.objects
         rc.delete()
