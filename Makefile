@@ -32,10 +32,12 @@ browser-deps:
 
 # The vLLM stage's env (~4 min cold, ~/.cache) builds in the background while the other tests run;
 # scripts/make_vllm_env.sh holds a lock, so tests/vllm waits for it. SKYRL_VLLM_BUILD=0: no build.
+# PYTHONFAULTHANDLER: a crash while Python shuts down (after pytest has let go of its own handler)
+# still prints every thread's stack.
 test: $(VENV)/.stamp-dev browser-deps
 	@if [ "$${SKYRL_VLLM_BUILD:-1}" != "0" ]; then mkdir -p $$HOME/.cache/skyrl-nb; \
 	  (bash scripts/make_vllm_env.sh > $$HOME/.cache/skyrl-nb/vllm-env-build.log 2>&1 &); fi
-	$(BIN)/python -m pytest -q -ra --durations=30 -p no:cacheprovider tests
+	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q -ra --durations=30 -p no:cacheprovider tests
 
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check .
