@@ -165,6 +165,10 @@ class PolicyWorker:
             sums[key] = sums.get(key, 0.0) + float(value)
             counts[key] = counts.get(key, 0) + 1
 
+        def add_max(key: str, value: float) -> None:
+            sums[key] = max(sums.get(key, float("-inf")), float(value))
+            counts[key] = 1
+
         self.model.train()
         for _epoch in range(t.update_epochs_per_batch):
             for mini_start in range(0, B, mini_rows):
@@ -178,6 +182,13 @@ class PolicyWorker:
                     micro = batch.rows(lo, hi)
                     mask_BT = micro.response_mask_BT.float()
                     logprobs_BT, logits_BTV = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
+                    if _epoch == 0 and mini_start == 0:
+                        # Before this batch's first optimizer step the weights are the ones the
+                        # generator was synced with (one step older in async runs): how far the
+                        # engine's log-probs for its own tokens are from the trainer's.
+                        gap_BT = (logprobs_BT.detach() - micro.rollout_logprobs_BT).abs() * mask_BT
+                        add_max("policy/rollout_train_logprobs_abs_diff_max", gap_BT.max().item())
+                        add("policy/rollout_train_logprobs_abs_diff_mean", algorithms.masked_mean(gap_BT, mask_BT).item())
                     old_BT = logprobs_BT.detach() if old_logprobs_BT is None else old_logprobs_BT[lo:hi]
                     policy_loss, loss_metrics = algorithms.compute_policy_loss(
                         algo.policy_loss_type,

@@ -15,6 +15,7 @@ STEP_KEYS = [
     "policy/policy_loss", "policy/policy_entropy", "policy/grad_norm", "policy/policy_kl",
     "policy/loss_metrics/clip_ratio", "policy/lr", "trainer/tokens_per_second", "timing/step",
     "timing/generate", "timing/policy_train", "timing/sync_weights", "timing/save_checkpoints",
+    "policy/rollout_train_logprobs_abs_diff_max", "policy/rollout_train_logprobs_abs_diff_mean",
 ]
 COLUMNS = ["step", "uid", "group", "prompt", "response", "reward", "advantage", "num_tokens",
            "finish_reason", "env_class", "data_source", "token_ids", "token_logprobs", "token_advantages"]
@@ -51,6 +52,8 @@ def test_one_step_changes_weights_and_writes_the_run_store(tmp_path, tiny_model_
     assert all(torch.equal(gen[k], after[k]) for k in after)
     for key in STEP_KEYS:
         assert key in metrics, key
+    # The sampler and the trainer run the same weights (the sampler with a KV cache): float noise only.
+    assert 0 <= metrics["policy/rollout_train_logprobs_abs_diff_mean"] <= metrics["policy/rollout_train_logprobs_abs_diff_max"] < 1e-4
     reader = RunReader(cfg.run_dir)
     (row,) = reader.metrics()
     assert row["step"] == 1 and row["reward/avg_raw_reward"] == metrics["reward/avg_raw_reward"]
@@ -64,6 +67,8 @@ def test_one_step_changes_weights_and_writes_the_run_store(tmp_path, tiny_model_
     for name in ("model.safetensors", "config.json", "optimizer.pt", "scheduler.pt", "rng.pt"):
         assert (cfg.run_dir / "checkpoints" / "global_step_1" / "policy" / name).exists(), name
     assert checkpoint.read_trainer_state(checkpoint.step_dir(root, 1))["data_position"] == {"epoch": 0, "batch_in_epoch": 1}
+    # After the sync, step 2's samples come from the updated weights, and the trainer agrees again.
+    assert trainer.train_one_step(2)["policy/rollout_train_logprobs_abs_diff_max"] < 1e-4
 
 
 def test_full_loop_with_eval_and_checkpoint_pruning(tmp_path, tiny_model_dir):
