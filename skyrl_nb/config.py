@@ -700,7 +700,7 @@ def _mini_batch_problems(name: str, mini: int, train_batch_size: int, bound_note
 
 
 def _critic_checks(cfg: JobConfig) -> list[str]:
-    """What ``gae`` (a critic) needs of the batch sizes and the loop."""
+    """What ``gae`` (a critic) needs of the batch sizes."""
     t, g = cfg.trainer, cfg.generator
     found = _mini_batch_problems("critic_mini_batch_size", t.critic_mini_batch_size, t.train_batch_size,
                                  "gae's critic needs it at most that")
@@ -708,9 +708,6 @@ def _critic_checks(cfg: JobConfig) -> list[str]:
     if not found and samples % min(t.micro_train_batch_size_per_gpu, samples):
         found.append(f"trainer.micro_train_batch_size_per_gpu: {t.micro_train_batch_size_per_gpu} does not divide "
                      f"one critic mini-batch of {samples} samples")
-    if t.async_one_step or t.fully_async.enabled:
-        found.append("trainer.algorithm.advantage_estimator: 'gae' (a critic) runs in the synchronous loop only; "
-                     "set trainer.async_one_step=false and trainer.fully_async.enabled=false")
     return found
 
 

@@ -34,6 +34,9 @@ def _trainer(tmp_path, model_dir, *extra):
     [
         (["trainer.async_one_step=true"], [0, 1, 1, 1]),
         (["trainer.fully_async.enabled=true", "trainer.fully_async.max_staleness_steps=2"], None),
+        # gae: the critic trains on the trainer's side of the pipeline, on the (stale) batch it gets
+        (["trainer.async_one_step=true", "trainer.algorithm.advantage_estimator=gae",
+          "trainer.critic_mini_batch_size=4"], [0, 1, 1, 1]),
     ],
 )
 def test_pipelined_trainer_writes_the_run_store(tmp_path, tiny_policy_dir, overrides, expected_staleness) -> None:
@@ -51,6 +54,8 @@ def test_pipelined_trainer_writes_the_run_store(tmp_path, tiny_policy_dir, overr
     staleness = [r["async/staleness_max"] for r in rows]
     if expected_staleness is not None:
         assert staleness == expected_staleness
+    if cfg.trainer.algorithm.advantage_estimator == "gae":
+        assert all(r["critic/critic_loss"] > 0 and "critic/values_mean" in r for r in rows)
     assert "eval/all/avg_score" in last
     assert reader.status()["state"] == "succeeded" and reader.status()["step"] == 4
     kinds = [e["kind"] for e in reader.events()]

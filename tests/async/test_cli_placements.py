@@ -49,8 +49,10 @@ def test_colocated_sync_records_zero_waits(tmp_path, tiny_model_dir) -> None:
 
 
 def test_disaggregated_one_step_async_stays_within_one(tmp_path, tiny_model_dir) -> None:
+    # gae: the critic actor trains on the trainer's side of the pipeline, on the batch one step stale
     done = run_cli(tmp_path, "async", tiny_model_dir, "trainer.placement.colocate_all=false",
-                   "trainer.async_one_step=true")
+                   "trainer.async_one_step=true", "trainer.algorithm.advantage_estimator=gae",
+                   "trainer.critic_mini_batch_size=4")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "placement: disaggregated" in done.stdout and "(one_step)" in done.stdout
     rows = metrics(tmp_path / "async")
@@ -58,6 +60,7 @@ def test_disaggregated_one_step_async_stays_within_one(tmp_path, tiny_model_dir)
     assert [r["async/staleness_max"] for r in rows] == [0, 1, 1, 1]
     for row in rows:
         assert all(key in row for key in WAIT_KEYS + ASYNC_KEYS + ("timing/sync_weights", "timing/step"))
+        assert row["critic/critic_loss"] > 0 and row["timing/critic_train"] > 0
     events = [json.loads(line) for line in (tmp_path / "async" / "events.jsonl").read_text().splitlines()]
     assert events[0]["kind"] == "started" and events[0]["pipeline"] == "one_step"
     assert json.loads((tmp_path / "async" / "status.json").read_text())["state"] == "succeeded"
