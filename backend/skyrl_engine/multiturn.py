@@ -142,7 +142,11 @@ class MultiTurnGeneratorWorker(GeneratorWorker):
         from skyrl_engine.models import encode_prompt
         from skyrl_engine.tasks import make_env
 
-        env = make_env(row.env_class, row.extras, env_config_for(row.env_class, self.env_configs))
+        # skyrl-gym's environments read their turn budget from the row's extras (text2sql defaults to 5,
+        # search to 2); a row that does not say gets generator.max_turns, so the env's "turns left"
+        # and the loop agree.
+        extras = {"max_turns": self.max_turns, **(row.extras or {})}
+        env = make_env(row.env_class, extras, env_config_for(row.env_class, self.env_configs))
         conversation, _ = env.init([dict(m) for m in row.prompt])
         return _Episode(env, encode_prompt(self.tokenizer, conversation))
 

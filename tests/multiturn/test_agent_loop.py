@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -61,6 +62,10 @@ def test_text2sql_episodes_run_sql_against_the_spider_layout(tiny_model_dir, tex
     # a random policy never writes <solution>: the env answers with its format reminder and the episode goes on
     assert any("<observation>" in t["content"] for ts in turns for t in ts if t["role"] == "user")
     assert set(out.rewards_B) <= {-1.0, 0.0, 1.0}
+    # the env counts down the loop's budget (skyrl-gym's text2sql would say 5 turns), unless the row says
+    assert worker._start(rows[0]).env.max_turns == 2
+    own = dataclasses.replace(rows[0], extras={**rows[0].extras, "max_turns": 4})
+    assert worker._start(own).env.max_turns == 4
 
 
 def test_worker_class_follows_max_turns(monkeypatch):
