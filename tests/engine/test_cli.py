@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_runs import finish, kill_after_checkpoint, start_train
+from engine_runs import finish, start_train
 from skyrl_engine.__main__ import main
 
 SMALL = [
@@ -66,22 +66,3 @@ def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
     # the generator and trainer ran as Ray actors, not in the in-process fallback
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if "local Ray did not start" in e.get("message", "")], events
-
-
-@pytest.mark.slow
-def test_kill_9_and_resume_is_bit_exact(tmp_path, tiny_model_dir):
-    steps = ["trainer.max_training_steps=8", "trainer.ckpt_interval=3"]
-    reference = _cli(tmp_path, "straight", tiny_model_dir, *steps)
-    finish(reference)
-
-    kill_after_checkpoint(_cli(tmp_path, "killed", tiny_model_dir, *steps), tmp_path / "killed", 3)
-    killed_at = max(_steps(tmp_path / "killed"), default=0)
-    assert killed_at < 8
-
-    finish(_cli(tmp_path, "killed", tiny_model_dir, *steps, "trainer.resume_mode=latest"))
-    assert _steps(tmp_path / "killed") == list(range(1, 9))
-    events = [json.loads(line)["kind"] for line in (tmp_path / "killed" / "events.jsonl").read_text().splitlines()]
-    assert "resumed" in events
-    a = (tmp_path / "straight" / "checkpoints" / "global_step_8" / "policy" / "model.safetensors").read_bytes()
-    b = (tmp_path / "killed" / "checkpoints" / "global_step_8" / "policy" / "model.safetensors").read_bytes()
-    assert a == b
