@@ -1,7 +1,7 @@
-"""Running ``python -m skyrl_engine train`` from tests: start, finish, kill -9 after a checkpoint.
+"""Running ``python -m skyrl_engine train`` from tests: start, finish, run to the end, kill -9 after a
+checkpoint.
 
-Shared by tests/engine/test_cli.py and tests/critic/test_critic_cli.py (``tests/`` is on sys.path
-through its conftest).
+Shared by the engine, critic, async and vLLM CLI tests (``tests/`` is on sys.path through its conftest).
 """
 
 from __future__ import annotations
@@ -16,15 +16,30 @@ from pathlib import Path
 import pytest
 
 
-def start_train(run_root: Path, run_id: str, model: str, *overrides: str) -> subprocess.Popen:
-    """The engine CLI on the quickstart preset with ``model`` and ``overrides``, in its own session."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
+def _train_call(run_root: Path, run_id: str, model: str, overrides: tuple[str, ...],
+                env: dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of ``python -m skyrl_engine train`` on the quickstart preset."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env.pop("RAY_ADDRESS", None)  # each run starts its own local Ray, never a cluster from outside
     args = [sys.executable, "-m", "skyrl_engine", "train", "--config", "quickstart", f"run.run_root={run_root}",
             f"run.run_id={run_id}", f"trainer.policy.model.path={model}", *overrides]
+    return args, full_env
+
+
+def start_train(run_root: Path, run_id: str, model: str, *overrides: str,
+                env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The engine CLI on the quickstart preset with ``model`` and ``overrides``, in its own session."""
+    args, full_env = _train_call(run_root, run_id, model, overrides, env)
     # own session: kill -9 of the group takes a local Ray cluster's processes with the driver
-    return subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(args, env=full_env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def run_train(run_root: Path, run_id: str, model: str, *overrides: str, env: dict[str, str] | None = None,
+              timeout: float = 600) -> subprocess.CompletedProcess:
+    """The same command run to its end; stdout and stderr kept apart, whatever the exit code."""
+    args, full_env = _train_call(run_root, run_id, model, overrides, env)
+    return subprocess.run(args, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 600) -> str:

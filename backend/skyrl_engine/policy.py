@@ -170,7 +170,7 @@ class PolicyWorker:
             counts[key] = 1
 
         self.model.train()
-        for _epoch in range(t.update_epochs_per_batch):
+        for epoch in range(t.update_epochs_per_batch):
             for mini_start in range(0, B, mini_rows):
                 mini = batch.rows(mini_start, mini_start + mini_rows)
                 mini_B = mini.sequences_BL.shape[0]
@@ -182,7 +182,7 @@ class PolicyWorker:
                     micro = batch.rows(lo, hi)
                     mask_BT = micro.response_mask_BT.float()
                     logprobs_BT, logits_BTV = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
-                    if _epoch == 0 and mini_start == 0:
+                    if epoch == 0 and mini_start == 0:
                         # Before this batch's first optimizer step the weights are the ones the
                         # generator was synced with (one step older in async runs): how far the
                         # engine's log-probs for its own tokens are from the trainer's.

@@ -4,12 +4,11 @@ placement the cluster cannot hold (slow: real Ray runs)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_runs import run_train
 
 pytestmark = pytest.mark.slow
 
@@ -26,11 +25,7 @@ ASYNC_KEYS = ("async/staleness_mean", "async/staleness_max")
 
 def run_cli(run_root: Path, run_id: str, model: str, *extra: str) -> subprocess.CompletedProcess:
     """``python -m skyrl_engine train --config quickstart`` with SMALL settings, to the end."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    args = [sys.executable, "-m", "skyrl_engine", "train", "--config", "quickstart", f"run.run_root={run_root}",
-            f"run.run_id={run_id}", f"trainer.policy.model.path={model}", *SMALL, *extra]
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    return run_train(run_root, run_id, model, *SMALL, *extra)
 
 
 def metrics(run_dir: Path) -> list[dict]:
