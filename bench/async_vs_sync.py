@@ -30,14 +30,13 @@ STEP_KEYS = (
 
 def run_mode(mode: str, steps: int, run_root: str, overrides: list[str]) -> dict:
     """Train ``steps`` steps in ``mode`` (sync | one_step); return timings and per-step metrics."""
+    from skyrl_core.config import load_config
+    from skyrl_core.runs import RunReader, RunWriter
     from skyrl_engine.async_pipeline import PipelinedTrainer, staleness_bound
     from skyrl_engine.models import resolve_model_path
-    from skyrl_engine.ray_runtime import RayWorkers
     from skyrl_engine.tasks import load_prompts
     from skyrl_engine.trainer import RLTrainer
-
-    from skyrl_nb.config import load_config
-    from skyrl_nb.runs import RunReader, RunWriter
+    from skyrl_engine.workers import Workers
 
     cfg = load_config("quickstart", [
         f"run.run_root={run_root}", f"run.run_id={mode}", f"trainer.max_training_steps={steps}",
@@ -47,7 +46,8 @@ def run_mode(mode: str, steps: int, run_root: str, overrides: list[str]) -> dict
     ])
     train = load_prompts(cfg.data.train_data, cfg.environment.env_class)
     model_dir = resolve_model_path(cfg.trainer.policy.model.path, train, cfg.trainer.seed)
-    workers = RayWorkers(model_dir, cfg, cfg.total_steps(len(train)))
+    # colocate_all=false on the connected Ray cluster: the generator and the policy are actors
+    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)))
     try:
         trainer = RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, [])
         bound = staleness_bound(cfg)
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import ray
+
     from skyrl_engine.placement import start_private_ray
 
     run_root = tempfile.mkdtemp(prefix="skyrl-bench-async-")

@@ -31,6 +31,7 @@ from pathlib import Path
 def bare_grpo_step(model, optimizer, tokenizer, rows, n: int, max_len: int, generator) -> float:
     """One hand-written GRPO step; returns the mean reward."""
     import torch
+
     from skyrl_engine.models import encode_prompt
 
     prompts = [encode_prompt(tokenizer, row.prompt) for row in rows for _ in range(n)]
@@ -90,13 +91,14 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
+
+    from skyrl_core.config import load_config
+    from skyrl_core.runs import RunWriter
     from skyrl_engine.models import load_model, load_tokenizer, resolve_model_path
     from skyrl_engine.policy import set_torch_threads
     from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import LocalWorkers, RLTrainer
-
-    from skyrl_nb.config import load_config
-    from skyrl_nb.runs import RunWriter
+    from skyrl_engine.trainer import RLTrainer
+    from skyrl_engine.workers import Workers
 
     set_torch_threads(args.threads)
     tmp = tempfile.mkdtemp(prefix="bench-engine-")
@@ -109,7 +111,8 @@ def main() -> int:
     total = cfg.total_steps(len(train))
     g, t = cfg.generator, cfg.trainer
 
-    local = RLTrainer(cfg, RunWriter(cfg.run_dir), LocalWorkers(model_path, cfg, total, args.threads), train, [])
+    # trainer.num_threads=args.threads: every role in this process, each on that many torch threads
+    local = RLTrainer(cfg, RunWriter(cfg.run_dir), Workers.create(cfg, model_path, total, in_process=True), train, [])
     bare_model, tokenizer = load_model(model_path), load_tokenizer(model_path)
     oc = t.policy.optimizer_config
     bare_opt = torch.optim.AdamW(bare_model.parameters(), lr=oc.lr, weight_decay=oc.weight_decay)
@@ -118,11 +121,13 @@ def main() -> int:
     ray_trainer, connection, ray_note = None, None, None
     if not args.no_ray:
         try:
-            from skyrl_engine.ray_runtime import RayWorkers, connect
+            from skyrl_engine.ray_runtime import connect
 
             connection = connect(num_cpus=2)
-            cfg_ray = cfg.with_overrides(["run.run_id=ray"])
-            ray_trainer = RLTrainer(cfg_ray, RunWriter(cfg_ray.run_dir), RayWorkers(model_path, cfg_ray, total), train, [])
+            # disaggregated: the generator and the policy as Ray actors, one CPU bundle each
+            cfg_ray = cfg.with_overrides(["run.run_id=ray", "trainer.placement.colocate_all=false"])
+            ray_trainer = RLTrainer(cfg_ray, RunWriter(cfg_ray.run_dir), Workers.create(cfg_ray, model_path, total),
+                                    train, [])
         except Exception as err:  # report, and fall back to the in-process engine
             ray_note = f"ray engine unavailable: {type(err).__name__}: {err}"
 

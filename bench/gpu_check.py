@@ -58,6 +58,7 @@ def _sync(device: str) -> None:
 def run(args: argparse.Namespace) -> dict:
     """Time generation, training and weight sync; return the JSON-able report."""
     import torch
+
     from skyrl_engine import algorithms
     from skyrl_engine.policy import TrainBatch, response_logprobs
     from skyrl_engine.sampler import SamplingParams, sample

@@ -85,6 +85,7 @@ def measure(run_dir: Path) -> dict[str, float]:
     import psutil
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from skyrl_widgets.inspector import TrajectoryInspector
 
     proc = psutil.Process()

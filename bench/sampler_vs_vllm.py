@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "backend"))
 def torch_side(model_dir: str, prompts: list[list[int]], n: int, tokens: int, repeats: int, threads: int) -> dict:
     """Time the engine's KV-cache sampler in this process."""
     import torch
+
     from skyrl_engine.models import load_model
     from skyrl_engine.sampler import SamplingParams, sample
 
@@ -52,7 +53,9 @@ def vllm_side(model_dir: str, prompts: list[list[int]], n: int, tokens: int, rep
     t0 = time.perf_counter()
     engine = VLLMEngine(str(prepare_model_dir_for_vllm(model_dir, staged)), dtype="float32", num_threads=threads)
     start_s = time.perf_counter() - t0
-    sampling = {"max_generate_length": tokens, "temperature": 1.0, "ignore_eos": True}
+    # every key of the config's generator.sampling_params (SkyRL's), plus ignore_eos for fixed-length timing
+    sampling = {"max_generate_length": tokens, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0,
+                "ignore_eos": True}
     engine.generate(prompts, n, sampling)  # warm-up
     times = []
     for _ in range(repeats):

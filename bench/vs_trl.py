@@ -29,13 +29,13 @@ PROMPTS_PER_STEP, GROUP, MAX_NEW, LR = 16, 8, 8, 1e-4
 
 
 def skyrl_side(steps: int, threads: int, run_root: str) -> dict:
-    """The engine's loop in this process (LocalWorkers: generator and policy model copies)."""
+    """The engine's loop in this process (in-process Workers: generator and policy model copies)."""
+    from skyrl_core.config import load_config
+    from skyrl_core.runs import RunReader, RunWriter
     from skyrl_engine.models import load_tokenizer, resolve_model_path
     from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import LocalWorkers, RLTrainer
-
-    from skyrl_nb.config import load_config
-    from skyrl_nb.runs import RunReader, RunWriter
+    from skyrl_engine.trainer import RLTrainer
+    from skyrl_engine.workers import Workers
 
     cfg = load_config("quickstart", [
         f"run.run_root={run_root}", "run.run_id=skyrl", f"trainer.max_training_steps={steps}",
@@ -47,7 +47,7 @@ def skyrl_side(steps: int, threads: int, run_root: str) -> dict:
     ])
     train = load_prompts(cfg.data.train_data, "arithmetic")
     model_dir = resolve_model_path(cfg.trainer.policy.model.path, train, cfg.trainer.seed)
-    workers = LocalWorkers(model_dir, cfg, cfg.total_steps(len(train)), num_threads=threads)
+    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True)  # trainer.num_threads
     trainer = RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, [])
     t0 = time.perf_counter()
     trainer.train()

@@ -20,26 +20,26 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from skyrl_core.config import ConfigError, JobConfig, load_config
+    from skyrl_core.runs import RunReader, list_runs, open_run
     from skyrl_nb import cluster
     from skyrl_nb.cluster.base import Cluster, connect
-    from skyrl_nb.config import ConfigError, JobConfig, load_config
     from skyrl_nb.dashboard import Dashboard
     from skyrl_nb.form import configure
     from skyrl_nb.jobs import Job
-    from skyrl_nb.runs import RunReader, list_runs, open_run
 
 # public name -> module it lives in
 _LAZY = {
     "cluster": None,
     "Cluster": "skyrl_nb.cluster.base",
     "connect": "skyrl_nb.cluster.base",
-    "JobConfig": "skyrl_nb.config",
-    "ConfigError": "skyrl_nb.config",
-    "load_config": "skyrl_nb.config",
+    "JobConfig": "skyrl_core.config",
+    "ConfigError": "skyrl_core.config",
+    "load_config": "skyrl_core.config",
     "Job": "skyrl_nb.jobs",
-    "RunReader": "skyrl_nb.runs",
-    "open_run": "skyrl_nb.runs",
-    "list_runs": "skyrl_nb.runs",
+    "RunReader": "skyrl_core.runs",
+    "open_run": "skyrl_core.runs",
+    "list_runs": "skyrl_core.runs",
     "Dashboard": "skyrl_nb.dashboard",
     "configure": "skyrl_nb.form",
     "compare": "skyrl_nb.compare",

@@ -13,13 +13,13 @@ plotly and pandas are imported when a comparison is drawn, not when ``skyrl_nb``
 from __future__ import annotations
 
 import html
-import math
 import sys
 import types
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .runs import REWARD_KEY, RunReader
+from skyrl_core.runs import REWARD_KEY, RunReader
+from skyrl_widgets.inspector_data import finite
 
 DEFAULT_METRICS = (REWARD_KEY,)
 
@@ -78,7 +78,7 @@ class RunComparison:
         for metric in self.metrics:
             per_run = {}
             for label, rows in zip(self.labels, self._rows, strict=True):
-                points = [(int(r["step"]), _num(r.get(metric))) for r in rows if "step" in r and metric in r]
+                points = [(int(r["step"]), finite(r.get(metric))) for r in rows if "step" in r and metric in r]
                 steps = [s for s, _ in points]
                 per_run[label] = (steps, _smoothed([v for _, v in points], self.smooth))
             out[metric] = per_run
@@ -88,7 +88,7 @@ class RunComparison:
         """A long pandas DataFrame with columns run, step, metric, value (unsmoothed)."""
         import pandas as pd
 
-        records = [{"run": label, "step": int(r["step"]), "metric": m, "value": _num(r.get(m))}
+        records = [{"run": label, "step": int(r["step"]), "metric": m, "value": finite(r.get(m))}
                    for label, rows in zip(self.labels, self._rows, strict=True)
                    for r in rows for m in self.metrics if m in r and "step" in r]
         return pd.DataFrame(records, columns=["run", "step", "metric", "value"])
@@ -120,7 +120,7 @@ class RunComparison:
         metric = self.metrics[0]
         out = []
         for label, reader, rows in zip(self.labels, self.readers, self._rows, strict=True):
-            values = [v for r in rows if (v := _num(r.get(metric))) is not None]
+            values = [v for r in rows if (v := finite(r.get(metric))) is not None]
             out.append({"run": label, "path": str(reader.run_dir), "steps": len(rows),
                         "last": values[-1] if values else None, "best": max(values) if values else None})
         return out
@@ -150,16 +150,6 @@ def compare(runs: Sequence[Any], metrics: Iterable[str] | str = DEFAULT_METRICS,
     >>> compare(["runs/a", "runs/b"], metrics=["reward/avg_raw_reward", "policy/policy_kl"])  # doctest: +SKIP
     """
     return RunComparison(runs, metrics=metrics, labels=labels, smooth=smooth)
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _fmt(value: float | None) -> str:

@@ -10,14 +10,10 @@ four SVG chart widgets (`skyrl_widgets.charts`), so the kernel stays free. Each 
 is one synced trait, so a view that renders late still draws every point (plotly's FigureWidget
 lost updates sent before its view loaded; see `skyrl_widgets.charts`).
 
-Widget or static? `static=None` (the default) decides with `widget_frontend()`:
-`SKYRL_NB_STATIC=1` forces the static figure, `SKYRL_NB_STATIC=0` the widget. Otherwise the widget
-is used only when a kernel runs and either a widget front end has opened ipywidgets' control comm
-(`jupyter.widget.control`) or the kernel was launched by a Jupyter server (the `JPY_PARENT_PID`
-process is `jupyter-lab` / `jupyter-server` / `jupyter-notebook`, as in JupyterLab and SageMaker
-Studio) with no papermill / nbconvert / nbclient among its parents. Everything else (papermill,
-nbconvert, nbclient, plain IPython, scripts, VS Code unless forced) gets the static figure: an SVG of
-a few tens of KB, so an executed notebook stays small.
+Widget or static? `static=None` (the default) decides with `skyrl_core.frontend.widget_frontend()`:
+the widget under JupyterLab / Studio, the static figure (an SVG of a few tens of KB, so an executed
+notebook stays small) under papermill, nbconvert, plain IPython and scripts; `SKYRL_NB_STATIC=1|0`
+forces either.
 """
 
 from __future__ import annotations
@@ -30,79 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from skyrl_core.choices import FINAL_STATES, RunState
+from skyrl_core.frontend import widget_frontend
+from skyrl_nb.jobs import run_state
+
+__all__ = ["Dashboard", "RunSeries", "dashboard", "open_inspector", "widget_frontend"]
+
 _PASS_RE = re.compile(r"^reward/avg_pass_at_(\d+)$")
-_HEADLESS_PARENTS = ("papermill", "nbconvert", "nbclient")
-
-
-# ----------------------------------------------------------------------------- front-end detection
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def _program(args: list[str]) -> list[str]:
-    """What a process runs, as words: ``python -m papermill x`` → ['papermill', 'x'].
-
-    Only the program and its first argument count: a test file named ``test_papermill.py`` on a
-    pytest command line does not make pytest papermill.
-    """
-    words = [Path(a).name.removesuffix(".py") for a in args[:4]]
-    if words and words[0].startswith("python"):
-        words = words[2:] if len(words) > 2 and words[1] == "-m" else words[1:]
-    return words[:2]
-
-
-def _parent_pid(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _widget_comm_open(shell: Any) -> bool:
-    """Whether a widget front end opened its control channel to this kernel (ipywidgets 8 does)."""
-    manager = getattr(getattr(shell, "kernel", None), "comm_manager", None)
-    comms = getattr(manager, "comms", None) or {}
-    return any(getattr(c, "target_name", "") == "jupyter.widget.control" for c in list(comms.values()))
-
-
-def _launched_by_jupyter_server() -> bool:
-    """Whether the process that started this kernel is a Jupyter server (Lab, Notebook, Studio)."""
-    launcher = int(os.environ.get("JPY_PARENT_PID") or 0) or _parent_pid(os.getpid())
-    pid, cmds = launcher, []
-    for _ in range(4):  # the launcher and a few of its parents (papermill run from a notebook cell)
-        if pid <= 1:
-            break
-        cmds.append(_cmdline(pid))
-        pid = _parent_pid(pid)
-    programs = [_program(args) for args in cmds]
-    if not programs or any(p and p[0].split("-")[-1] in _HEADLESS_PARENTS for p in programs):
-        return False
-    first = programs[0]
-    return bool(first) and (first[0] in ("jupyter-lab", "jupyter-server", "jupyter-notebook", "jupyterlab", "jupyter_server")
-                            or (first[0] == "jupyter" and first[1:2] in (["lab"], ["server"], ["notebook"])))
-
-
-def widget_frontend() -> bool:
-    """Whether a live widget front end can be expected (see the module docstring for the rules)."""
-    forced = os.environ.get("SKYRL_NB_STATIC", "").strip().lower()
-    if forced in ("1", "true", "yes"):
-        return False
-    if forced in ("0", "false", "no"):
-        return True
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    if shell is None or getattr(shell, "kernel", None) is None:
-        return False
-    return _widget_comm_open(shell) or _launched_by_jupyter_server()
 
 
 # ----------------------------------------------------------------------------- series from rows
@@ -191,7 +121,7 @@ class RunSeries:
 
 def _reader_for(source: Any) -> tuple[Any, Any]:
     """(RunReader, Job or None) for a Job, a RunReader, or a run directory path."""
-    from skyrl_nb.runs import RunReader
+    from skyrl_core.runs import RunReader
 
     if hasattr(source, "submission_id") and hasattr(source, "run_dir"):
         return RunReader(source.run_dir), source
@@ -213,7 +143,7 @@ class Dashboard:
         self.static = (not widget_frontend()) if static is None else static
         self.poll_s = max(0.5, poll_s)
         self.series = RunSeries()
-        self.state = "pending"
+        self.state: str = RunState.PENDING
         self.step = 0
         self.total_steps: int | None = None
         self.error: str | None = None
@@ -238,7 +168,7 @@ class Dashboard:
     @property
     def finished(self) -> bool:
         """Whether the run reached a final state."""
-        return self.state in ("succeeded", "failed", "stopped")
+        return self.state in FINAL_STATES
 
     def refresh(self) -> int:
         """Read what is new in the run store (and the job's state); returns the new metric rows."""
@@ -247,7 +177,7 @@ class Dashboard:
             self.series.add_rows(rows)
             self.series.add_events(self.reader.poll_events())
             status = self.reader.status()
-            self.state = "lost" if status.get("lost") else str(status.get("state", "pending"))
+            self.state = "lost" if status.get("lost") else str(status.get("state", RunState.PENDING))
             self.step = int(status.get("step") or (self.series.data["step"][-1] if self.series.data["step"] else 0))
             self.total_steps = status.get("total_steps") or self.total_steps
             self.error = status.get("error") or self.error
@@ -264,10 +194,11 @@ class Dashboard:
             info = self.job.info()
         except Exception:
             return
-        ray_state = str(getattr(info.status, "value", info.status)).lower()
-        if ray_state in ("failed", "stopped") or (ray_state == "succeeded" and self.state in ("pending", "running")):
+        ray_state = run_state(info.status)
+        live = (RunState.PENDING, RunState.RUNNING)
+        if ray_state in (RunState.FAILED, RunState.STOPPED) or (ray_state == RunState.SUCCEEDED and self.state in live):
             self.state = ray_state
-            if ray_state == "failed" and not self.error:
+            if ray_state == RunState.FAILED and not self.error:
                 self.error = info.message or "the job failed"
                 try:
                     tail = self.job.logs(tail=1).strip()
@@ -386,6 +317,7 @@ class Dashboard:
         """The ipywidgets box (header, progress bar, four chart panels), made on first use."""
         if self._widget is None:
             import ipywidgets as w
+
             from skyrl_widgets.charts import make_charts
 
             self._header = w.HTML()

@@ -53,7 +53,7 @@ def run_quickstart(out: Path, parameters: dict[str, Any], *, kernel: str | None 
 
 def summarize(run_dir: Path) -> dict[str, Any]:
     """Reward first -> last (means of a few steps at each end, as the notebook computes them)."""
-    from skyrl_nb.runs import RunReader
+    from skyrl_core.runs import RunReader
 
     run = RunReader(run_dir)
     rows = run.metrics()

@@ -12,9 +12,44 @@ KL, steps and placement; every other key keeps the preset's value (edit it in th
 from __future__ import annotations
 
 import html
+import types
+import typing
+from enum import Enum
 from typing import Any
 
+from skyrl_core.choices import Backend
+
 _INT, _FLOAT = "int", "float"
+
+
+def input_kind(key: str) -> tuple[str, tuple[str, ...]]:
+    """How the form edits the dotted ``key``: its kind and, for a ``choice``, the allowed values.
+
+    Read from the config schema: an enum or a registry (advantage estimators and policy losses, plug-ins
+    included) is a choice, ``bool`` / ``int`` / ``float`` / ``list`` are themselves, anything else text.
+
+    >>> input_kind("generator.inference_engine.backend")
+    ('choice', ('torch', 'vllm'))
+    """
+    from skyrl_core.choices import values
+    from skyrl_core.config import JobConfig
+    from skyrl_core.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+
+    for registry in (ADVANTAGE_ESTIMATORS, POLICY_LOSSES):
+        if key == registry.key:
+            return "choice", tuple(registry.names())
+    model: Any = JobConfig
+    *sections, leaf = key.split(".")
+    for section in sections:
+        model = model.model_fields[section].annotation
+    annotation = model.model_fields[leaf].annotation
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))  # `int | None`: int
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "choice", values(annotation)
+    if typing.get_origin(annotation) is list:
+        return "list", ()
+    return {bool: "bool", int: _INT, float: _FLOAT}.get(annotation, "text"), ()
 
 
 def resources_for(cfg: Any) -> dict[str, Any]:
@@ -25,7 +60,7 @@ def resources_for(cfg: Any) -> dict[str, Any]:
     """
     eng = cfg.generator.inference_engine
     place = cfg.trainer.placement
-    if eng.backend == "torch":
+    if eng.backend == Backend.TORCH:
         return {"CPU": 1 + eng.num_engines, "GPU": 0,
                 "text": f"{1 + eng.num_engines} CPU actors (1 trainer + {eng.num_engines} sampler), no GPU"}
     infer = eng.num_engines * eng.tensor_parallel_size
@@ -40,22 +75,20 @@ class ConfigForm:
 
     def __init__(self, preset: str = "quickstart", *, overrides: list[str] | None = None,
                  cluster: Any = None) -> None:
-        from skyrl_widgets.config_form import ConfigFormView
+        from skyrl_core.config import load_config
+        from skyrl_widgets.config_form import ConfigFormView, form_keys
 
-        from skyrl_nb.config import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, load_config
-
-        cfg = load_config(preset, overrides=overrides)
+        cfg = load_config(preset, overrides=overrides)  # imports its plug-ins: their names are choices too
         self.preset = preset
         self.cluster = cluster
         self.job: Any = None
         self.config: Any = None
         self.problems: list[str] = []
         self._base = cfg.to_dict()
-        self.view = ConfigFormView(
-            {"trainer.algorithm.advantage_estimator": ADVANTAGE_ESTIMATORS,
-             "trainer.algorithm.policy_loss_type": POLICY_LOSSES},
-            title=f"skyrl-nb job config (preset {preset})",
-        )
+        inputs = {key: input_kind(key) for key in form_keys()}
+        self.view = ConfigFormView({key: kind for key, (kind, _) in inputs.items()},
+                                   {key: choices for key, (_, choices) in inputs.items() if choices},
+                                   title=f"skyrl-nb job config (preset {preset})")
         self.view.set_values(cfg.to_dotted())
         self.view.on_change(lambda key: self.validate())
         self.view.apply_yaml.on_click(lambda _: self.from_yaml(self.view.yaml.value))
@@ -82,7 +115,7 @@ class ConfigForm:
 
     def validate(self) -> list[str]:
         """Re-check the form; shows messages beside fields and returns every problem ([] when valid)."""
-        from skyrl_nb.config import ConfigError, load_config
+        from skyrl_core.config import ConfigError, load_config
 
         try:
             cfg = load_config(self._base, self._overrides())
@@ -116,7 +149,7 @@ class ConfigForm:
 
     def to_yaml(self) -> str:
         """The form's config as YAML; raises ConfigError while the form has problems."""
-        from skyrl_nb.config import ConfigError
+        from skyrl_core.config import ConfigError
 
         if self.config is None:
             raise ConfigError(self.problems or ["config: the form is not valid"])
@@ -124,7 +157,7 @@ class ConfigForm:
 
     def from_yaml(self, text: str) -> list[str]:
         """Load a whole config from YAML into the form; returns the problems ([] when valid)."""
-        from skyrl_nb.config import ConfigError, JobConfig
+        from skyrl_core.config import ConfigError, JobConfig
 
         try:
             cfg = JobConfig.from_yaml_text(text)

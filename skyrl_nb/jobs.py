@@ -10,32 +10,46 @@ from __future__ import annotations
 import html
 import os
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from skyrl_core.choices import FINAL_STATES, RunState
 
 if TYPE_CHECKING:
     from skyrl_nb.cluster.base import Cluster
     from skyrl_nb.dashboard import Dashboard
 
-#: Ray job status -> run-store state words.
-_STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "succeeded", "FAILED": "failed",
-           "STOPPED": "stopped"}
-TERMINAL = ("succeeded", "failed", "stopped")
+
+def run_state(ray_status: Any) -> str:
+    """Ray's job status (``JobStatus.SUCCEEDED`` or ``"SUCCEEDED"``) as a run state: ``RunState.SUCCEEDED``.
+
+    A status this code does not know is returned lower-cased, as Ray says it.
+    """
+    name = str(getattr(ray_status, "value", ray_status)).lower()
+    try:
+        return RunState(name)
+    except ValueError:
+        return name
 
 
+@dataclass(eq=False, repr=False)
 class Job:
-    """One submission of a run to a cluster (see `Cluster.launch`)."""
+    """One submission of a run to a cluster (see `Cluster.launch`).
 
-    def __init__(self, cluster: Cluster, *, submission_id: str, run_id: str, run_dir: str, attempt: int = 0,
-                 runtime_env: dict[str, Any] | None = None, _info: Any = None) -> None:
-        self.cluster = cluster
-        self.submission_id = submission_id
-        self.run_id = run_id
-        self.run_dir = run_dir
-        self.attempt = attempt
-        self._runtime_env = runtime_env
-        self._info = _info
-        self._reader: Any = None
+    `runtime_env` is what `launch` was given (a resume submits with it again); `attempt` counts
+    resumes (0 for the first launch).
+    """
+
+    cluster: Cluster
+    _: KW_ONLY
+    submission_id: str
+    run_id: str
+    run_dir: str
+    attempt: int = 0
+    runtime_env: dict[str, Any] | None = None
+    _info: Any = None
+    _reader: Any = field(default=None, init=False)
 
     # -- the Jobs API ---------------------------------------------------------------------------
 
@@ -46,8 +60,7 @@ class Job:
 
     def status(self) -> str:
         """`pending`, `running`, `succeeded`, `failed` or `stopped` (Ray's job status, lower case)."""
-        status = self.info().status
-        return _STATES.get(str(getattr(status, "value", status)), str(status).lower())
+        return run_state(self.info().status)
 
     def logs(self, tail: int | None = None) -> str:
         """The job's stdout/stderr so far; the last `tail` lines when given."""
@@ -66,7 +79,7 @@ class Job:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             state = self.status()
-            if state in TERMINAL:
+            if state in FINAL_STATES:
                 return state
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {self.submission_id} still {state} after {timeout} s")
@@ -77,17 +90,17 @@ class Job:
 
         The new submission id is `<run_id>-r<n>`. Stop the job first if it is still running.
         """
-        from skyrl_nb.config import load_config
+        from skyrl_core.config import load_config
 
         state = self.status()
-        if state in ("pending", "running"):
+        if state not in FINAL_STATES:
             raise RuntimeError(f"job {self.submission_id} is {state}; stop() it before resume()")
         attempts = [j.attempt for j in self.cluster.jobs() if j.run_id == self.run_id]
         attempt = max(attempts + [self.attempt]) + 1
         cfg = load_config(self._config_path(), overrides=["trainer.resume_mode=latest", *(overrides or [])])
         cfg.check()
         return self.cluster._submit(cfg, submission_id=f"{self.run_id}-r{attempt}", attempt=attempt,
-                                    runtime_env=self._runtime_env)
+                                    runtime_env=self.runtime_env)
 
     def _config_path(self) -> str:
         staged = Path(self.run_dir) / "launch" / f"{self.submission_id}.yaml"
@@ -99,7 +112,7 @@ class Job:
     def run(self) -> Any:
         """The `RunReader` of this job's run directory."""
         if self._reader is None:
-            from skyrl_nb.runs import RunReader
+            from skyrl_core.runs import RunReader
 
             self._reader = RunReader(self.run_dir)
         return self._reader

@@ -85,7 +85,7 @@ class SkyrlMagics(Magics):
             raise UsageError("%skyrl: " + _one_line(str(err))) from None
         command = args.command
         if command not in COMMANDS:
-            from skyrl_nb.config import did_you_mean
+            from skyrl_core.registry import did_you_mean
 
             raise UsageError(f"%skyrl: unknown command {command!r}; commands: {', '.join(COMMANDS)}"
                              + did_you_mean(command, list(COMMANDS)))
@@ -104,8 +104,8 @@ class SkyrlMagics(Magics):
     # -- commands ---------------------------------------------------------------------------------
 
     def _launch(self, args: Any, cell: str | None) -> Any:
+        from skyrl_core.config import ConfigError
         from skyrl_nb.cluster.base import prepare_config
-        from skyrl_nb.config import ConfigError
 
         overrides: dict[str, Any] = {"run.run_root": os.path.expanduser(self.run_root)}
         if cell is not None and cell.strip():
@@ -168,7 +168,7 @@ class SkyrlMagics(Magics):
         return self._follow(new, args)
 
     def _list(self, args: Any, cell: str | None) -> Any:
-        from skyrl_nb.runs import list_runs
+        from skyrl_core.runs import list_runs
 
         return list_runs(os.path.expanduser(self.run_root))
 
@@ -249,7 +249,7 @@ class SkyrlMagics(Magics):
         return None
 
     def _open_run(self, run: str) -> Any:
-        from skyrl_nb.runs import open_run
+        from skyrl_core.runs import open_run
 
         path = run if os.path.isabs(os.path.expanduser(run)) else os.path.join(os.path.expanduser(self.run_root), run)
         try:

@@ -42,6 +42,7 @@ def private_model_cache(tmp_path_factory):
 def tiny_model_dir(tmp_path_factory) -> str:
     """An untrained built-in-shaped Qwen2 + char tokenizer saved as a local HF directory."""
     import torch
+
     from skyrl_engine.models import TinyModelSpec, _new_tiny_model, build_char_tokenizer
 
     torch.set_num_threads(1)

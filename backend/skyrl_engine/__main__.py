@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def load_checked_config(source: str, overrides: list[str]):
     """The validated config, or ConfigError with every problem."""
-    from skyrl_nb.config import load_config
+    from skyrl_core.config import load_config
 
     return load_config(source, overrides).check()
 
@@ -41,14 +41,21 @@ def _print_problems(problems: list[str]) -> None:
         print(line, file=sys.stderr)
 
 
-def validate(source: str, overrides: list[str]) -> int:
-    """Exit code 0 when the config can run, 2 (and one line per problem) when not."""
-    from skyrl_nb.config import ConfigError
+def _config_or_problems(source: str, overrides: list[str]):
+    """The validated config, or None after printing one line per problem on stderr."""
+    from skyrl_core.config import ConfigError
 
     try:
-        cfg = load_checked_config(source, overrides)
+        return load_checked_config(source, overrides)
     except ConfigError as err:
         _print_problems(err.problems)
+        return None
+
+
+def validate(source: str, overrides: list[str]) -> int:
+    """Exit code 0 when the config can run, 2 (and one line per problem) when not."""
+    cfg = _config_or_problems(source, overrides)
+    if cfg is None:
         return EXIT_BAD_CONFIG
     print(f"ok: {cfg!r}")
     return EXIT_OK
@@ -62,18 +69,14 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 def train(source: str, overrides: list[str]) -> int:
     """Run a training job to the end; see the module docstring for exit codes."""
-    from skyrl_nb.config import ConfigError
-
-    try:
-        cfg = load_checked_config(source, overrides)
-    except ConfigError as err:
-        _print_problems(err.problems)
+    cfg = _config_or_problems(source, overrides)
+    if cfg is None:
         return EXIT_BAD_CONFIG
     if cfg.run.run_id is None:
         cfg = cfg.with_overrides([f"run.run_id=run-{time.strftime('%Y%m%d-%H%M%S')}"])
 
+    from skyrl_core.runs import RunWriter
     from skyrl_engine.trainer import StopRequested
-    from skyrl_nb.runs import RunWriter
 
     writer = RunWriter(cfg.run_dir)
     writer.write_config(cfg)
@@ -111,16 +114,17 @@ def train(source: str, overrides: list[str]) -> int:
 
 
 def _start(cfg, writer, held: dict[str, Any]) -> None:
-    """Data, model, Ray, actors, trainer — in that order; each lands in ``held`` once it exists.
+    """Data, model, Ray, workers, trainer — in that order; each lands in ``held`` once it exists.
 
-    ``generator.inference_engine.backend`` picks the generator (torch actor or vLLM engines),
-    ``trainer.async_one_step`` / ``trainer.fully_async`` the schedule (synchronous or pipelined).
+    :meth:`skyrl_engine.workers.Workers.create` puts each role where the config says (in this process,
+    or Ray actors in placement groups); ``trainer.async_one_step`` / ``trainer.fully_async`` pick the
+    schedule (synchronous or pipelined).
     """
-    from skyrl_engine.async_pipeline import PipelinedTrainer, pipeline_mode, staleness_bound
+    from skyrl_engine.async_pipeline import make_trainer, pipeline_mode, staleness_bound
     from skyrl_engine.models import resolve_model_path
     from skyrl_engine.policy import set_torch_threads
     from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import LocalWorkers, RLTrainer
+    from skyrl_engine.workers import Workers, runs_in_job_process, uses_vllm
 
     vllm_python = None
     if uses_vllm(cfg):  # before anything starts: RuntimeError naming SKYRL_VLLM_PYTHON when there is no vLLM
@@ -137,45 +141,35 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     _log(f"model ready at {model_path} ({time.perf_counter() - started:.1f}s)")
     total_steps = int(cfg.total_steps(len(train_rows)))
     _keep_tokenizer(model_path, str(cfg.run_dir))
-    if runs_in_job_process(cfg):
-        # On CPU "colocated" means: generator and trainer take turns on the same cores. One process
-        # does that best — one copy of torch and the model, no actor start-up, no object-store hop.
-        _log("placement: colocated on CPU: generator and trainer in this process")
-        held["workers"] = LocalWorkers(model_path, cfg, total_steps, cfg.trainer.num_threads)
-    else:
-        _start_ray_workers(cfg, writer, held, model_path, total_steps, vllm_python)
-    trainer = RLTrainer(cfg, writer, held["workers"], train_rows, val_rows)
-    bound = staleness_bound(cfg)
-    held["trainer"] = PipelinedTrainer(trainer, bound) if bound else trainer
-    _log(f"training {total_steps} steps into {cfg.run_dir} ({pipeline_mode(bound)})")
+    in_process = runs_in_job_process(cfg)
+    if not in_process:
+        in_process = not _connect_ray(cfg, writer, held)
+    held["workers"] = Workers.create(cfg, model_path, total_steps, in_process=in_process, vllm_python=vllm_python)
+    workers = held["workers"]
+    _log("placement: " + (workers.placement.plan.describe() if workers.placement is not None
+                          else "colocated on CPU: every role in this process"))
+    _log(f"workers: {workers!r}")
+    held["trainer"] = make_trainer(cfg, writer, held["workers"], train_rows, val_rows)
+    _log(f"training {total_steps} steps into {cfg.run_dir} ({pipeline_mode(staleness_bound(cfg))})")
 
 
-def _start_ray_workers(cfg, writer, held: dict[str, Any], model_path: str, total_steps: int,
-                       vllm_python: str | None) -> None:
-    """Join or start Ray and put the generator / trainer (/ critic) actors there; see ``_start``."""
-    from skyrl_engine.ray_runtime import RayWorkers, connect, is_submitted_job
-    from skyrl_engine.trainer import LocalWorkers
+def _connect_ray(cfg, writer, held: dict[str, Any]) -> bool:
+    """Join or start Ray for the actors; False when a run by hand must fall back to this process."""
+    from skyrl_engine.ray_runtime import connect, is_submitted_job
+    from skyrl_engine.workers import uses_vllm
 
-    use_vllm = uses_vllm(cfg)
     try:
         held["connection"] = connect()
     except Exception as err:
-        if is_submitted_job() or use_vllm:  # vLLM engines are Ray actors: no in-process fallback
+        if is_submitted_job() or uses_vllm(cfg):  # vLLM engines are Ray actors: no in-process fallback
             raise
         # By hand on a saturated machine Ray may not come up at all; the run still goes, in-process.
         message = f"local Ray did not start ({type(err).__name__}: {err}); generator and trainer run in this process"
         _log(message)
         writer.log_event("warning", step=0, message=message)
-        held["workers"] = LocalWorkers(model_path, cfg, total_steps, cfg.trainer.num_threads)
-    else:
-        _log(f"ray: {held['connection'].mode}")
-        if use_vllm:
-            from skyrl_engine.vllm_engine import VLLMWorkers
-
-            held["workers"] = VLLMWorkers(model_path, cfg, total_steps, python=vllm_python)
-        else:
-            held["workers"] = RayWorkers(model_path, cfg, total_steps)
-        _log(f"placement: {held['workers'].placement.plan.describe()}")
+        return False
+    _log(f"ray: {held['connection'].mode}")
+    return True
 
 
 def _keep_tokenizer(model_path: str, run_dir: str) -> None:
@@ -185,28 +179,6 @@ def _keep_tokenizer(model_path: str, run_dir: str) -> None:
         target = os.path.join(run_dir, "tokenizer")
         os.makedirs(target, exist_ok=True)
         shutil.copyfile(source, os.path.join(target, "tokenizer.json"))
-
-
-def uses_vllm(cfg) -> bool:
-    """``generator.inference_engine.backend=vllm``: the generator is vLLM engine actors."""
-    return cfg.generator.inference_engine.backend == "vllm"
-
-
-def runs_in_job_process(cfg) -> bool:
-    """True for a colocated run on CPU: the generator and trainer live in the job's own process.
-
-    Disaggregated runs (``trainer.placement.colocate_all=false``) put them in Ray actors with their
-    own CPU bundles; on a machine with CUDA colocated runs use actors that share the GPUs.
-    """
-    if uses_vllm(cfg):  # vLLM engines are always actors
-        return False
-    return bool(cfg.trainer.placement.colocate_all) and not _has_cuda()
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def _log(text: str) -> None:

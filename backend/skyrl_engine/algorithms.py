@@ -1,6 +1,7 @@
 """RL algorithms by SkyRL's names: advantage estimators, policy losses, KL, entropy, critic loss.
 
-Two registries, filled at import and open to users, as SkyRL's ``ppo_utils``:
+Two registries (:mod:`skyrl_core.registry`), filled at import and open to users, as SkyRL's
+``ppo_utils``; a job's ``plugins:`` modules add to them (in every engine process)::
 
     @register_advantage_estimator("my_adv")
     def my_adv(token_level_rewards, response_mask, index, config, values=None): ...
@@ -15,9 +16,9 @@ The trainer only calls the stable entry points :func:`compute_advantages`,
 Shapes: ``B`` sequences (samples) in the batch, ``T`` response tokens (right-padded). Every
 ``[B, T]`` tensor comes with ``response_mask[B, T]``: 1.0 on trained response tokens, 0.0 elsewhere.
 
-``config`` is duck-typed: anything with SkyRL's ``trainer.algorithm`` attribute names (the pydantic
-``JobConfig.trainer.algorithm``, a ``SimpleNamespace`` in tests). A missing attribute takes
-SkyRL's default, so this module never imports ``skyrl_nb``.
+``config`` is duck-typed: anything with SkyRL's ``trainer.algorithm`` attribute names (the config's
+``AlgorithmConfig`` section, a ``SimpleNamespace`` in tests). A missing attribute takes the schema's
+default (``skyrl_core.config.AlgorithmConfig``: SkyRL's defaults, defined there once).
 
 Loss reduction. SkyRL writes every policy loss as a masked SUM and gets ``token_mean`` etc. by
 rescaling the advantages beforehand (``apply_loss_reduction_to_advantages_minibatch``). Each loss
@@ -28,17 +29,32 @@ masked sum by the same normaliser; the numbers are equal (tests/algorithms/test_
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from skyrl_core.choices import (
+    AdvantageEstimator,
+    KLController,
+    KLEstimator,
+    LossReduction,
+    PolicyLoss,
+    SequenceMaskMetric,
+    TISRatioType,
+    values,
+)
+from skyrl_core.config import AlgorithmConfig
+from skyrl_core.registry import (
+    ADVANTAGE_ESTIMATORS,
+    POLICY_LOSSES,
+    register_advantage_estimator,
+    register_policy_loss,
+)
+
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "POLICY_LOSSES",
-    "KL_ESTIMATORS",
-    "LOSS_REDUCTIONS",
     "register_advantage_estimator",
     "register_policy_loss",
     "compute_advantages",
@@ -59,54 +75,7 @@ __all__ = [
     "get_kl_controller",
 ]
 
-AdvantageEstimator = Callable[..., tuple[torch.Tensor, torch.Tensor]]
-PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
-"""name -> fn(token_level_rewards, response_mask, index, config, values=None) -> (advantages, returns)."""
-
-POLICY_LOSSES: dict[str, PolicyLoss] = {}
-"""name -> fn(log_probs, old_log_probs, advantages, response_mask, config, rollout_logprobs=None)
--> (per-token loss [B, T], metrics). :func:`compute_policy_loss` applies the reduction."""
-
-KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
-TIS_RATIO_TYPES = ("token", "sequence")
-SEQUENCE_MASK_METRICS = ("product", "geometric")
-LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
-
-# SkyRL's AlgorithmConfig defaults, used when ``config`` lacks an attribute.
-_DEFAULTS: dict[str, Any] = {
-    "advantage_estimator": "grpo",
-    "policy_loss_type": "regular",
-    "loss_reduction": "token_mean",
-    "eps_clip_low": 0.2,
-    "eps_clip_high": 0.2,
-    "clip_ratio_c": 3.0,
-    "grpo_norm_by_std": True,
-    "kl_estimator_type": "k3",
-    "kl_loss_coef": 0.001,
-    "gamma": 1.0,
-    "lambd": 1.0,
-    "value_clip": 0.2,
-    "max_seq_len": None,
-    "cispo.cispo_eps_clip_low": 0.0,
-    "cispo.cispo_eps_clip_high": 5.0,
-    "kl_ctrl.type": "fixed",
-    "kl_ctrl.kl_target": 0.1,
-    "kl_ctrl.horizon": 10000,
-    "off_policy_correction.tis_ratio_type": None,
-    "off_policy_correction.token_tis_ratio_clip_high": 2.0,
-    "off_policy_correction.sequence_tis_ratio_clip_high": 5.0,
-    "off_policy_correction.sequence_mask_metric": None,
-    "off_policy_correction.geo_mask_high": 1.01,
-    "off_policy_correction.geo_mask_low": 0.99,
-    "off_policy_correction.product_mask_high": 2.0,
-    "off_policy_correction.product_mask_low": 0.5,
-    "off_policy_correction.outlier_token_is_threshold_low": None,
-    "off_policy_correction.outlier_token_is_threshold_high": None,
-    "off_policy_correction.token_mask_is_threshold_low": None,
-    "off_policy_correction.token_mask_is_threshold_high": None,
-}
+_SCHEMA_DEFAULTS = AlgorithmConfig()  # what a missing attribute of ``config`` means
 
 GRPO_EPSILON = 1e-6  # SkyRL's ``epsilon`` in compute_grpo_outcome_advantage
 WHITEN_EPSILON = 1e-8  # SkyRL's masked_whiten: (x - mean) * rsqrt(var + 1e-8)
@@ -114,58 +83,13 @@ LOG_RATIO_CLIP = 20.0  # SkyRL's safe_exp_delta clamps log-ratios to [-20, 20] b
 
 
 def _cfg(config: Any, dotted: str) -> Any:
-    """Read ``config.<dotted>`` with SkyRL's default when any part is missing or ``config`` is None."""
+    """Read ``config.<dotted>``, with the schema's default when any part is missing or ``config`` is None."""
     node = config
     for part in dotted.split("."):
         if node is None or not hasattr(node, part):
-            return _DEFAULTS[dotted]
+            return _cfg(_SCHEMA_DEFAULTS, dotted)
         node = getattr(node, part)
     return node
-
-
-# --------------------------------------------------------------------------------------------
-# registries
-# --------------------------------------------------------------------------------------------
-
-
-def _registrar(registry: dict[str, Callable], kind: str, name: str) -> Callable[[Callable], Callable]:
-    def decorator(fn: Callable) -> Callable:
-        if name in registry:
-            raise ValueError(f"{kind} {name!r} is already registered (by {registry[name].__qualname__})")
-        registry[name] = fn
-        return fn
-
-    return decorator
-
-
-def register_advantage_estimator(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
-    """Register ``fn(token_level_rewards, response_mask, index, config, values=None)`` under ``name``.
-
-    Example::
-
-        @register_advantage_estimator("raw_reward")
-        def raw_reward(token_level_rewards, response_mask, index, config, values=None):
-            adv = token_level_rewards.sum(-1, keepdim=True) * response_mask
-            return adv, adv
-    """
-    return _registrar(ADVANTAGE_ESTIMATORS, "advantage estimator", name)
-
-
-def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
-    """Register ``fn(log_probs, old_log_probs, advantages, response_mask, config, rollout_logprobs=None)``.
-
-    The function returns ``(per_token_loss[B, T], metrics)``; metrics must contain ``clip_ratio``.
-    :func:`compute_policy_loss` applies ``off_policy_correction`` to what it returns (SkyRL calls
-    ``apply_off_policy_correction`` inside each loss), so a registered loss must not apply it again.
-    """
-    return _registrar(POLICY_LOSSES, "policy loss", name)
-
-
-def _lookup(registry: dict[str, Callable], kind: str, name: str) -> Callable:
-    try:
-        return registry[name]
-    except KeyError:
-        raise ValueError(f"unknown {kind} {name!r}; registered: {', '.join(sorted(registry))}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,14 +162,10 @@ def _group_stats(scores_B: torch.Tensor, index: Any) -> tuple[torch.Tensor, torc
     return count_G[group_B], mean_G[group_B], std_G[group_B]
 
 
-@register_advantage_estimator("grpo")
-def grpo_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any,
-    config: Any = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@register_advantage_estimator(AdvantageEstimator.GRPO)
+def grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
+                   config: Any = None,
+                   values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome advantage: each response's score against its group.
 
     ``s_i = sum_t r_i,t``; ``A_i = (s_i - mean_g) / (std_g + 1e-6)`` with the unbiased (n-1) std of
@@ -266,14 +186,10 @@ def grpo_advantage(
     return advantages, advantages
 
 
-@register_advantage_estimator("rloo")
-def rloo_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any,
-    config: Any = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@register_advantage_estimator(AdvantageEstimator.RLOO)
+def rloo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
+                   config: Any = None,
+                   values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO: each score against the mean of the OTHER responses of its group.
 
     ``A_i = s_i - mean_{j != i} s_j = (s_i - mean_g) * n / (n - 1)``; a group of one gets 0.
@@ -298,14 +214,10 @@ def _discounted_returns(token_level_rewards: torch.Tensor, response_mask: torch.
     return returns
 
 
-@register_advantage_estimator("reinforce++")
-def reinforce_plus_plus_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    config: Any = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@register_advantage_estimator(AdvantageEstimator.REINFORCE_PP)
+def reinforce_plus_plus_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                  index: Any = None, config: Any = None,
+                                  values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted token returns (``config.gamma``), whitened over the whole batch.
 
     ``G_t = r_t + gamma * G_{t+1}``; ``A = mask * (G - mean(G)) / sqrt(var(G) + 1e-8)`` with the
@@ -317,14 +229,10 @@ def reinforce_plus_plus_advantage(
     return advantages, returns
 
 
-@register_advantage_estimator("gae")
-def gae_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    config: Any = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@register_advantage_estimator(AdvantageEstimator.GAE)
+def gae_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None,
+                  config: Any = None,
+                  values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation from critic ``values[B, T]`` (``config.gamma``, ``config.lambd``).
 
     ``delta_t = r_t + gamma * V_{t+1} - V_t`` (``V_T = 0``), ``A_t = delta_t + gamma * lambd * A_{t+1}``,
@@ -367,7 +275,7 @@ def compute_advantages(
     tensor([[ 1.,  1.],
             [-1., -1.]])
     """
-    estimator = _lookup(ADVANTAGE_ESTIMATORS, "advantage_estimator", name)
+    estimator = ADVANTAGE_ESTIMATORS.get(name)
     return estimator(token_level_rewards, response_mask, index, config, values=values)
 
 
@@ -397,15 +305,10 @@ def _clipped_surrogate(
     return loss, clip_ratio
 
 
-@register_policy_loss("regular")
-def ppo_policy_loss(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    config: Any = None,
-    rollout_logprobs: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+@register_policy_loss(PolicyLoss.REGULAR)
+def ppo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                    response_mask: torch.Tensor, config: Any = None,
+                    rollout_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped PPO surrogate per token: ``-min(r A, clip(r, 1-eps_clip_low, 1+eps_clip_high) A)``.
 
     ``r = exp(log_probs - old_log_probs)``. A separate ``eps_clip_high`` is DAPO's clip-higher.
@@ -414,15 +317,10 @@ def ppo_policy_loss(
     return loss, {"clip_ratio": clip_ratio}
 
 
-@register_policy_loss("dual_clip")
-def dual_clip_policy_loss(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    config: Any = None,
-    rollout_logprobs: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+@register_policy_loss(PolicyLoss.DUAL_CLIP)
+def dual_clip_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                          response_mask: torch.Tensor, config: Any = None,
+                          rollout_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Dual-clip PPO (arXiv:1912.09729): the regular loss, capped at ``-clip_ratio_c * A`` where A < 0.
 
     Bounds the loss of a negative-advantage token whose ratio has grown very large.
@@ -433,15 +331,10 @@ def dual_clip_policy_loss(
     return loss, {"clip_ratio": clip_ratio}
 
 
-@register_policy_loss("gspo")
-def gspo_policy_loss(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    config: Any = None,
-    rollout_logprobs: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+@register_policy_loss(PolicyLoss.GSPO)
+def gspo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                     response_mask: torch.Tensor, config: Any = None,
+                     rollout_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO-token (arXiv:2507.18071): PPO clipping on a SEQUENCE-level ratio.
 
     ``log s_i = masked mean over t of (log_probs - old_log_probs)``; each token uses
@@ -456,15 +349,10 @@ def gspo_policy_loss(
     return loss, {"clip_ratio": clip_ratio}
 
 
-@register_policy_loss("cispo")
-def cispo_policy_loss(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    config: Any = None,
-    rollout_logprobs: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+@register_policy_loss(PolicyLoss.CISPO)
+def cispo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                      response_mask: torch.Tensor, config: Any = None,
+                      rollout_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """CISPO (MiniMax-M1, arXiv:2506.13585): clip the IS weight, keep every token's gradient.
 
     ``loss = -A * sg[clip(r, 1 - cispo.cispo_eps_clip_low, 1 + cispo.cispo_eps_clip_high)] * log_probs``
@@ -523,18 +411,18 @@ def _tis_weight(
     log_ratio: torch.Tensor, is_ratio: torch.Tensor, mask: torch.Tensor, kind: str, config: Any
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The truncated IS weight: per token ``min(r_t, cap)`` or per sequence ``min(prod_t r_t, cap)``."""
-    if kind == "token":
+    if kind == TISRatioType.TOKEN:
         cap = _opc(config, "token_tis_ratio_clip_high")
         capped = (is_ratio > cap) & (mask > 0)
         return is_ratio.clamp(max=cap).detach(), {"tis_token_clip_high_ratio": _share(capped, (mask > 0).sum())}
-    if kind == "sequence":
+    if kind == TISRatioType.SEQUENCE:
         cap = _opc(config, "sequence_tis_ratio_clip_high")
         seq_ratio_B1 = _safe_exp((log_ratio * mask).sum(dim=-1, keepdim=True))
         return seq_ratio_B1.clamp(max=cap).detach(), {
             "tis_seq_clip_high_ratio": _share(seq_ratio_B1 > cap, float(seq_ratio_B1.shape[0]))
         }
     raise ValueError(f"trainer.algorithm.off_policy_correction.tis_ratio_type: {kind!r} is not allowed; "
-                     f"allowed: None, {', '.join(TIS_RATIO_TYPES)}")
+                     f"allowed: None, {', '.join(values(TISRatioType))}")
 
 
 def _sequence_mask(
@@ -542,16 +430,16 @@ def _sequence_mask(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """``[B, 1]``: 0 for a sequence whose geometric-mean or product ratio is outside its band."""
     seq_log_ratio_B1 = (log_ratio * mask).sum(dim=-1, keepdim=True)
-    if metric == "geometric":
+    if metric == SequenceMaskMetric.GEOMETRIC:
         seq_log_ratio_B1 = seq_log_ratio_B1 / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
         low, high = _opc(config, "geo_mask_low"), _opc(config, "geo_mask_high")
         prefix = "geo_sequence_mask"
-    elif metric == "product":
+    elif metric == SequenceMaskMetric.PRODUCT:
         low, high = _opc(config, "product_mask_low"), _opc(config, "product_mask_high")
         prefix = "product_sequence_mask"
     else:
         raise ValueError(f"trainer.algorithm.off_policy_correction.sequence_mask_metric: {metric!r} is not "
-                         f"allowed; allowed: None, {', '.join(SEQUENCE_MASK_METRICS)}")
+                         f"allowed; allowed: None, {', '.join(values(SequenceMaskMetric))}")
     ratio_B1 = _safe_exp(seq_log_ratio_B1)
     over, under = ratio_B1 > high, ratio_B1 < low
     keep_B1 = ~over & ~under
@@ -633,7 +521,7 @@ def compute_off_policy_correction(
 def reduce_loss(
     per_token_loss: torch.Tensor,
     response_mask: torch.Tensor,
-    loss_reduction: str = "token_mean",
+    loss_reduction: str = LossReduction.TOKEN_MEAN,
     max_seq_len: int | None = None,
     num_sequences: int | None = None,
     num_tokens: float | None = None,
@@ -650,20 +538,20 @@ def reduce_loss(
     """
     batch = num_sequences if num_sequences is not None else per_token_loss.shape[0]
     masked = per_token_loss * response_mask
-    if loss_reduction == "token_mean":
+    if loss_reduction == LossReduction.TOKEN_MEAN:
         tokens = num_tokens if num_tokens is not None else response_mask.sum()
         return masked.sum() / torch.clamp(torch.as_tensor(tokens, dtype=masked.dtype), min=1.0)
-    if loss_reduction == "sequence_mean":
+    if loss_reduction == LossReduction.SEQUENCE_MEAN:
         per_seq = masked.sum(dim=-1) / response_mask.sum(dim=-1).clamp(min=1.0)
         return per_seq.sum() / batch
-    if loss_reduction == "seq_mean_token_sum_norm":
+    if loss_reduction == LossReduction.SEQ_MEAN_TOKEN_SUM_NORM:
         if not max_seq_len:
             raise ValueError(
                 "loss_reduction 'seq_mean_token_sum_norm' needs trainer.algorithm.max_seq_len "
                 f"(a positive token budget), got {max_seq_len!r}"
             )
         return masked.sum() / (batch * max_seq_len)
-    raise ValueError(f"unknown loss_reduction {loss_reduction!r}; allowed: {', '.join(LOSS_REDUCTIONS)}")
+    raise ValueError(f"unknown loss_reduction {loss_reduction!r}; allowed: {', '.join(values(LossReduction))}")
 
 
 def compute_policy_loss(
@@ -686,7 +574,7 @@ def compute_policy_loss(
     the per-token loss first (:func:`compute_off_policy_correction`; its metrics join ``metrics``).
     KL and entropy terms are separate: :func:`compute_kl_loss`, :func:`masked_entropy`.
     """
-    loss_fn = _lookup(POLICY_LOSSES, "policy_loss_type", name)
+    loss_fn = POLICY_LOSSES.get(name)
     per_token, metrics = loss_fn(
         log_probs, old_log_probs, advantages, response_mask, config, rollout_logprobs=rollout_logprobs
     )
@@ -719,7 +607,7 @@ def compute_policy_loss(
 def compute_approx_kl(
     log_probs: torch.Tensor,
     ref_log_probs: torch.Tensor,
-    kl_estimator_type: str = "k3",
+    kl_estimator_type: str = KLEstimator.K3,
     response_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token KL(pi || pi_ref) estimate (Schulman, http://joschu.net/blog/kl-approx.html).
@@ -728,17 +616,17 @@ def compute_approx_kl(
     ``k3 = exp(-d) + d - 1`` (``-d`` clamped to +-20, result to +-10). Masked positions give 0.
     """
     delta = log_probs - ref_log_probs
-    if kl_estimator_type == "k1":
+    if kl_estimator_type == KLEstimator.K1:
         kl = delta
-    elif kl_estimator_type == "abs":
+    elif kl_estimator_type == KLEstimator.ABS:
         kl = delta.abs()
-    elif kl_estimator_type == "k2":
+    elif kl_estimator_type == KLEstimator.K2:
         kl = 0.5 * delta.square()
-    elif kl_estimator_type == "k3":
+    elif kl_estimator_type == KLEstimator.K3:
         neg_delta = (-delta).clamp(-20.0, 20.0)
         kl = (neg_delta.exp() - neg_delta - 1).clamp(-10.0, 10.0)
     else:
-        raise ValueError(f"unknown kl_estimator_type {kl_estimator_type!r}; allowed: {', '.join(KL_ESTIMATORS)}")
+        raise ValueError(f"unknown kl_estimator_type {kl_estimator_type!r}; allowed: {', '.join(values(KLEstimator))}")
     if response_mask is not None:
         # where(), not a product: a NaN/inf at a padded position must not leak into sums.
         kl = torch.where(response_mask.bool(), kl * response_mask, torch.zeros_like(kl))
@@ -849,9 +737,9 @@ def get_kl_controller(config: Any) -> FixedKLController | AdaptiveKLController:
     """The controller named by ``config.kl_ctrl.type``, starting at ``config.kl_loss_coef``."""
     kind = _cfg(config, "kl_ctrl.type")
     coef = _cfg(config, "kl_loss_coef")
-    if kind == "fixed":
+    if kind == KLController.FIXED:
         return FixedKLController(coef)
-    if kind == "adaptive":
+    if kind == KLController.ADAPTIVE:
         return AdaptiveKLController(coef, _cfg(config, "kl_ctrl.kl_target"), _cfg(config, "kl_ctrl.horizon"))
     raise ValueError(f"trainer.algorithm.kl_ctrl.type: {kind!r} is not allowed; allowed: fixed, adaptive")
 
@@ -862,7 +750,7 @@ def apply_kl_penalty(
     ref_log_probs: torch.Tensor,
     response_mask: torch.Tensor,
     controller: FixedKLController | AdaptiveKLController,
-    kl_estimator_type: str = "k3",
+    kl_estimator_type: str = KLEstimator.K3,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL in the reward (``use_kl_in_reward``): ``r - max(0, coef) * kl`` per token, then update the controller.
 

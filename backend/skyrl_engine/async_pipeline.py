@@ -41,10 +41,10 @@ from typing import Any
 __all__ = [
     "GeneratedBatch",
     "PipelinedTrainer",
+    "make_trainer",
     "RolloutPipeline",
     "pipeline_mode",
     "staleness_bound",
-    "weight_channel",
 ]
 
 
@@ -52,22 +52,15 @@ def staleness_bound(cfg: Any) -> int:
     """The staleness bound a config asks for: 0 sync, 1 one-step async, S fully async.
 
     Reads ``trainer.fully_async.enabled``, ``trainer.fully_async.max_staleness_steps`` and
-    ``trainer.async_one_step`` (missing keys count as off), from a JobConfig or a dotted dict.
+    ``trainer.async_one_step`` of a JobConfig, a dotted dict or a nested dict (missing keys take the
+    schema's defaults: off).
     """
+    from skyrl_core.config import as_config
 
-    def get(key: str, default: Any) -> Any:
-        try:
-            value = cfg[key] if isinstance(cfg, dict) else cfg.get(key)
-        except (AttributeError, KeyError, ValueError):
-            return default
-        return default if value is None else value
-
-    if get("trainer.fully_async.enabled", False):
-        bound = int(get("trainer.fully_async.max_staleness_steps", 1))
-        if bound < 0:
-            raise ValueError(f"trainer.fully_async.max_staleness_steps: {bound} must be at least 0")
-        return bound
-    return 1 if get("trainer.async_one_step", False) else 0
+    t = as_config(cfg).trainer
+    if t.fully_async.enabled:
+        return int(t.fully_async.max_staleness_steps)
+    return 1 if t.async_one_step else 0
 
 
 def pipeline_mode(max_staleness_steps: int) -> str:
@@ -265,28 +258,6 @@ class RolloutPipeline:
 # --------------------------------------------------------------------------------------------------
 
 
-def weight_channel(workers: Any) -> tuple[Callable[[int], Any], Callable[[Any], None]]:
-    """``(export, load)`` for a trainer's workers: the two halves of ``workers.sync_weights()``.
-
-    Workers with ``export_weights()`` / ``load_weights(handle)`` (vLLM) use them; the engine's Ray
-    workers hand an object ref of the policy's state dict to the generator actor; local workers copy
-    the state dict. ``export`` always makes a snapshot, so the trainer may go on updating meanwhile.
-    """
-    if hasattr(workers, "export_weights") and hasattr(workers, "load_weights"):
-        return (lambda version: workers.export_weights()), workers.load_weights
-    policy, generator = workers.policy, workers.generator
-    if hasattr(policy.get_weights, "remote"):
-        import ray
-
-        def export(version: int) -> Any:
-            ref = policy.get_weights.remote()
-            ray.wait([ref])  # the snapshot is taken before the trainer's next update starts
-            return ref
-
-        return export, lambda ref: ray.get(generator.load_weights.remote(ref))
-    return (lambda version: policy.get_weights()), generator.load_weights
-
-
 class PipelinedTrainer:
     """An :class:`~skyrl_engine.trainer.RLTrainer` whose steps overlap generation with training.
 
@@ -328,8 +299,9 @@ class PipelinedTrainer:
     def _schedule(self, first_step: int):
         """The trainer's steps from ``first_step`` on, through the pipeline; yields ``(step, metrics)``."""
         t = self.trainer
-        export, load = weight_channel(t.workers)
-        self.pipeline = RolloutPipeline(t.generate_step, self._train, export, load, self.max_staleness_steps)
+        workers = t.workers
+        self.pipeline = RolloutPipeline(t.generate_step, self._train, lambda version: workers.export_weights(),
+                                        workers.load_weights, self.max_staleness_steps)
         for step, metrics in self.pipeline.run(t.total_steps - first_step + 1, start_step=first_step):
             out, advantages_BT, timings = self._pending.pop(step)
             timings["step"] = metrics.pop("timing/step", 0.0)  # finish_step adds eval, checkpoint, writes
@@ -344,3 +316,15 @@ class PipelinedTrainer:
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(repr(self))}</code>"
+
+
+def make_trainer(cfg: Any, writer: Any, workers: Any, train_rows: list, val_rows: list) -> Any:
+    """The trainer ``cfg`` asks for: :class:`~skyrl_engine.trainer.RLTrainer`, pipelined when async.
+
+    >>> make_trainer(cfg, RunWriter(cfg.run_dir), workers, train_rows, val_rows).train()   # doctest: +SKIP
+    """
+    from skyrl_engine.trainer import RLTrainer
+
+    trainer = RLTrainer(cfg, writer, workers, train_rows, val_rows)
+    bound = staleness_bound(cfg)
+    return PipelinedTrainer(trainer, bound) if bound else trainer

@@ -15,7 +15,7 @@ The value model is a causal LM's transformer body with a linear head (SkyRL's ``
 ``trainer.critic.model.path`` None means a copy of the policy's weights. ``V_t`` is the head's
 output at the position *before* response token t, the same alignment as the policy's log-probs.
 
-:class:`CriticWorker` runs in-process (``LocalWorkers``) or as a Ray actor (``RayWorkers``).
+:class:`CriticWorker` is the critic role of :class:`skyrl_engine.workers.Workers` (in-process or a Ray actor).
 Its checkpoint is ``global_step_N/critic/`` (weights, optimizer, scheduler) next to ``policy/``.
 """
 
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from skyrl_core.config import TrainerConfig
     from skyrl_engine.policy import TrainBatch
 
 CRITIC_DIR = "critic"
@@ -35,7 +36,9 @@ VALUE_HEAD_INIT_SEED_OFFSET = 7919  # the head's init is seeded from trainer.see
 
 def needs_critic(cfg: Any) -> bool:
     """True when the config's advantage estimator uses critic values (``gae``)."""
-    return cfg.trainer.algorithm.advantage_estimator == "gae"
+    from skyrl_core.choices import AdvantageEstimator
+
+    return cfg.trainer.algorithm.advantage_estimator == AdvantageEstimator.GAE
 
 
 def critic_model_path(cfg: Any, policy_model_path: str) -> str:
@@ -85,27 +88,22 @@ def response_values(model, batch: TrainBatch) -> torch.Tensor:
 class CriticWorker:
     """Value model + AdamW + LR schedule (``trainer.critic.optimizer_config``)."""
 
-    def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
-        from skyrl_engine.policy import make_optimizer, prepare_worker
+    def __init__(self, model_path: str, trainer: TrainerConfig, total_steps: int, num_threads: int = 0,
+                 plugins: list[str] | tuple[str, ...] = ()):
+        from skyrl_engine.policy import make_optimizer, prepare_worker, updates_per_step
 
-        self.num_threads = prepare_worker(num_threads)
-        self.cfg = cfg
-        t = cfg.trainer
+        self.num_threads = prepare_worker(num_threads, plugins)
+        t = self.trainer = trainer
         self.model = build_value_model(model_path, int(t.seed))
         self.model.train()
-        updates_per_step = max(1, t.train_batch_size // t.critic_mini_batch_size) * t.update_epochs_per_batch
-        self.optimizer, self.scheduler = make_optimizer(self.model, t.critic.optimizer_config, total_steps * updates_per_step)
+        self.optimizer, self.scheduler = make_optimizer(
+            self.model, t.critic.optimizer_config, total_steps * updates_per_step(t, t.critic_mini_batch_size))
 
     def compute_values(self, batch: TrainBatch) -> torch.Tensor:
         """``values_BT`` of the batch before any update (micro-batched, no grad), zero off the response."""
-        import torch
+        from skyrl_engine.policy import forward_no_grad, forward_rows
 
-        micro = max(1, self.cfg.trainer.micro_forward_batch_size_per_gpu, self.cfg.trainer.micro_train_batch_size_per_gpu)
-        parts = []
-        with torch.no_grad():
-            for start in range(0, batch.sequences_BL.shape[0], micro):
-                parts.append(response_values(self.model, batch.rows(start, start + micro)))
-        return torch.cat(parts, dim=0)
+        return forward_no_grad(self.model, batch, forward_rows(self.trainer), response_values)
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """Fit ``batch.returns_BT`` with the clipped value loss; return SkyRL's ``critic/...`` metrics.
@@ -118,7 +116,7 @@ class CriticWorker:
 
         if batch.values_BT is None or batch.returns_BT is None:
             raise ValueError("CriticWorker.train_step needs batch.values_BT and batch.returns_BT (set by build_train_batch)")
-        t = self.cfg.trainer
+        t = self.trainer
         value_clip = t.algorithm.value_clip
         B = batch.sequences_BL.shape[0]
         mini_rows = min(t.critic_mini_batch_size * batch.group_size, B)

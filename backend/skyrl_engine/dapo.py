@@ -1,7 +1,7 @@
-"""DAPO's sampling-side pieces, wrapped around any :class:`~skyrl_engine.trainer.Workers`.
+"""DAPO's sampling-side pieces: a step over the generator's output, whatever generates it.
 
-:class:`DapoWorkers` sits between the trainer loop and the workers (Ray actors or in-process) and
-turns one ``generate`` call into what DAPO trains on:
+:class:`DynamicSampler` takes the step's ``generate(rows, n, params, seed)`` (the workers' own, any
+backend, any loop) and turns it into what DAPO trains on:
 
 1. **Overlong filtering** (``generator.apply_overlong_filtering``): a sample that hit
    ``max_generate_length`` without its EOS keeps its reward (the group's statistics still see it)
@@ -34,11 +34,12 @@ would sit near 0.5 whatever the policy does.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from skyrl_core.config import DynamicSamplingConfig, OverlongBufferConfig, SamplingParams
     from skyrl_engine.generator import GeneratorOutput
-    from skyrl_engine.sampler import SamplingParams
     from skyrl_engine.tasks import PromptRow
 
 _SEED_MOD = 2**63 - 1
@@ -48,13 +49,6 @@ def dapo_enabled(cfg: Any) -> bool:
     """Whether any DAPO sampling feature is switched on in ``cfg``."""
     a = cfg.trainer.algorithm
     return bool(a.dynamic_sampling.type or cfg.generator.apply_overlong_filtering or a.overlong_buffer.len > 0)
-
-
-def wrap_workers(workers: Any, cfg: Any, train_rows: list[PromptRow]) -> Any:
-    """``DapoWorkers(workers, cfg, train_rows)`` when DAPO is on in ``cfg``, else ``workers`` itself."""
-    if isinstance(workers, DapoWorkers) or not dapo_enabled(cfg):
-        return workers
-    return DapoWorkers(workers, cfg, train_rows)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -185,37 +179,40 @@ def _split(out: GeneratorOutput, keep_groups: list[int]) -> tuple[list[int], lis
 
 
 # ------------------------------------------------------------------------------------------------
-# the wrapper
+# the step
 
 
-class DapoWorkers:
-    """Workers whose ``generate`` applies overlong filtering, the soft overlong penalty and dynamic sampling.
+Generate = Callable[[list["PromptRow"], int, "SamplingParams", int], "GeneratorOutput"]
 
-    Everything else (``evaluate``, ``train_step``, checkpoints, ...) goes straight to the wrapped workers.
 
-    >>> workers = DapoWorkers(LocalWorkers(model_dir, cfg, total_steps), cfg, train_rows)  # doctest: +SKIP
+class DynamicSampler:
+    """Overlong filtering, the soft overlong penalty and dynamic sampling around one step's ``generate``.
+
+    >>> dapo = DynamicSampler.from_config(cfg, train_rows)                     # doctest: +SKIP
+    >>> out = dapo.sample(workers.generate, rows, n, params, seed)            # doctest: +SKIP
     """
 
-    def __init__(self, workers: Any, cfg: Any, train_rows: list[PromptRow]):
-        self.workers = workers
-        self.cfg = cfg
+    def __init__(self, dynamic_sampling: DynamicSamplingConfig, overlong_buffer: OverlongBufferConfig,
+                 apply_overlong_filtering: bool, train_rows: list[PromptRow]):
         self.train_rows = train_rows
-        a = cfg.trainer.algorithm
-        self.sampling_type = a.dynamic_sampling.type
-        self.max_sample_batches = int(a.dynamic_sampling.max_sample_batches)
-        self.min_replace_ratio = float(a.dynamic_sampling.min_replace_ratio)
-        self.buffer_len = int(a.overlong_buffer.len)
-        self.penalty_factor = float(a.overlong_buffer.penalty_factor)
-        self.overlong_filtering = bool(cfg.generator.apply_overlong_filtering)
+        self.sampling_type = dynamic_sampling.type
+        self.max_sample_batches = int(dynamic_sampling.max_sample_batches)
+        self.min_replace_ratio = float(dynamic_sampling.min_replace_ratio)
+        self.buffer_len = int(overlong_buffer.len)
+        self.penalty_factor = float(overlong_buffer.penalty_factor)
+        self.overlong_filtering = bool(apply_overlong_filtering)
 
-    def __getattr__(self, name: str) -> Any:
-        # anything not DAPO's (policy, generator, ping, ...) is the wrapped workers' own
-        return getattr(self.__dict__["workers"], name)
+    @classmethod
+    def from_config(cls, cfg: Any, train_rows: list[PromptRow]) -> DynamicSampler | None:
+        """The sampler ``cfg`` asks for, or None when no DAPO sampling feature is on."""
+        if not dapo_enabled(cfg):
+            return None
+        a = cfg.trainer.algorithm
+        return cls(a.dynamic_sampling, a.overlong_buffer, cfg.generator.apply_overlong_filtering, train_rows)
 
     def __repr__(self) -> str:
-        return (f"DapoWorkers(dynamic_sampling={self.sampling_type!r}, max_sample_batches={self.max_sample_batches}, "
-                f"overlong_filtering={self.overlong_filtering}, overlong_buffer={self.buffer_len}, "
-                f"workers={type(self.workers).__name__})")
+        return (f"DynamicSampler(dynamic_sampling={self.sampling_type!r}, max_sample_batches={self.max_sample_batches}, "
+                f"overlong_filtering={self.overlong_filtering}, overlong_buffer={self.buffer_len})")
 
     def _repr_html_(self) -> str:
         import html
@@ -244,7 +241,8 @@ class DapoWorkers:
             out = dataclasses.replace(out, rewards_B=rewards)
         return out, filtered
 
-    def _sample_batch(self, k: int, rows: list[PromptRow], n: int, params: SamplingParams, seed: int):
+    def _sample_batch(self, generate: Generate, k: int, rows: list[PromptRow], n: int, params: SamplingParams,
+                      seed: int):
         """Batch ``k`` of the step: the trainer's rows first, then rows drawn from the training set."""
         import numpy as np
 
@@ -252,15 +250,17 @@ class DapoWorkers:
             rng = np.random.default_rng([seed % _SEED_MOD, k])
             picked = rng.choice(len(self.train_rows), size=min(len(rows), len(self.train_rows)), replace=False)
             rows = [self.train_rows[i] for i in picked.tolist()]
-        out = self.workers.generate(rows, n, params, (seed + k * 1_000_003) % _SEED_MOD)
+        out = generate(rows, n, params, (seed + k * 1_000_003) % _SEED_MOD)
         offset = k * len(rows)
         if offset:
             out = dataclasses.replace(out, group_ids_B=[g + offset for g in out.group_ids_B])
         return out
 
     # -- the step -----------------------------------------------------------------------------------
-    def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
-        """DAPO's rollouts for one step (see the module docstring); dropped samples in ``out.discarded``."""
+    def sample(self, generate: Generate, rows: list[PromptRow], n: int, params: SamplingParams,
+               seed: int) -> GeneratorOutput:
+        """DAPO's rollouts for one step from ``generate`` (see the module docstring); dropped samples in
+        ``out.discarded``."""
         target = len(rows)
         batches = 0
         all_rewards: list[float] = []
@@ -271,7 +271,7 @@ class DapoWorkers:
         exhausted = False
         final: GeneratorOutput | None = None
         while True:
-            out, filtered = self._postprocess(self._sample_batch(batches, rows, n, params, seed), params)
+            out, filtered = self._postprocess(self._sample_batch(generate, batches, rows, n, params, seed), params)
             batches += 1
             overlong += filtered
             all_rewards.extend(out.rewards_B)
@@ -354,23 +354,3 @@ class DapoWorkers:
         bad_idx = [b for g in flat for b in by_group[g]]
         dropped = with_reason(select(out, bad_idx), "zero_variance_replaced")
         return select(out, source_of), dropped
-
-    # -- the rest of the Workers protocol -------------------------------------------------------
-    def evaluate(self, rows, n, params, seed, batch_size) -> dict:
-        """Evaluation is plain sampling: no filtering, no penalty."""
-        return self.workers.evaluate(rows, n, params, seed, batch_size)
-
-    def train_step(self, batch):
-        return self.workers.train_step(batch)
-
-    def sync_weights(self) -> None:
-        self.workers.sync_weights()
-
-    def save_checkpoint(self, ckpt_dir, extra):
-        return self.workers.save_checkpoint(ckpt_dir, extra)
-
-    def load_checkpoint(self, ckpt_dir):
-        return self.workers.load_checkpoint(ckpt_dir)
-
-    def shutdown(self) -> None:
-        self.workers.shutdown()

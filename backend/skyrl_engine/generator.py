@@ -1,7 +1,15 @@
-"""The generator: prompts → n sampled completions each → environment rewards.
+"""The generator role: prompts → n sampled completions each → environment rewards.
 
-``GeneratorWorker`` is the Ray generator actor (and runs in-process in the bench and tests). It
-owns a copy of the policy for sampling; the trainer pushes new weights after every step.
+:class:`GeneratorWorker` is the generator role of :class:`skyrl_engine.workers.Workers`, in the job's
+process or as a Ray actor. It holds three parts, each chosen by the config alone:
+
+- a backend that samples tokens (:mod:`skyrl_engine.protocol`): the torch sampler with its own copy of
+  the policy, or vLLM engines (``generator.inference_engine.backend``);
+- a rollout loop that talks to the backend in token ids only: :class:`SingleTurnLoop` here, or the
+  agent loop :class:`skyrl_engine.multiturn.MultiTurnLoop` when ``generator.max_turns > 1``;
+- the tokenizer (chat template) and the environments that score (:mod:`skyrl_engine.tasks`).
+
+So every backend serves every loop. The trainer pushes new weights after every step (``load_weights``).
 """
 
 from __future__ import annotations
@@ -11,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from skyrl_engine.sampler import SampleBatch, SamplingParams
+    from skyrl_core.config import GeneratorConfig, SamplingParams
+    from skyrl_engine.protocol import TokenGenerator
+    from skyrl_engine.sampler import SampleBatch
     from skyrl_engine.tasks import PromptRow
 
 
@@ -48,30 +58,18 @@ def step_seed(seed: int, step: int, stream: int = 0) -> int:
     return (seed * 1_000_003 + step * 9_176 + stream * 7_919_777) % (2**63 - 1)
 
 
-class GeneratorWorker:
-    """Samples with the torch sampler and scores with skyrl-gym environments."""
+class SingleTurnLoop:
+    """One assistant turn per sample: ``n`` completions per prompt, each scored by its row's environment."""
 
-    def __init__(self, model_path: str, num_threads: int = 0, env_class: str = "gsm8k"):
-        import torch
-
-        from skyrl_engine.models import load_model, load_tokenizer
-        from skyrl_engine.policy import set_torch_threads
-        from skyrl_engine.tasks import register_builtin_envs
-
-        self.num_threads = set_torch_threads(num_threads)
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        self.tokenizer = load_tokenizer(model_path)
-        self.model = load_model(model_path)
-        self.model.requires_grad_(False)
-        self.default_env_class = env_class
+    def __init__(self, tokenizer: Any, backend: TokenGenerator,
+                 env_configs: dict[str, dict[str, Any]] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.env_configs = env_configs or {}
         self._prompt_cache: dict[str, list[int]] = {}
-        register_builtin_envs()
 
-    def load_weights(self, state_dict: dict[str, Any]) -> None:
-        """Replace the sampling model's weights (a full state dict from the trainer)."""
-        self.model.load_state_dict(state_dict, strict=True)
-
-    def _encode(self, row: PromptRow) -> list[int]:
+    def encode(self, row: PromptRow) -> list[int]:
+        """The row's chat prompt as token ids (generation prompt appended), cached per prompt."""
         from skyrl_engine.models import encode_prompt
 
         key = json.dumps(row.prompt)
@@ -79,47 +77,26 @@ class GeneratorWorker:
             self._prompt_cache[key] = encode_prompt(self.tokenizer, row.prompt)
         return self._prompt_cache[key]
 
-    def _sample(self, prompt_ids: list[list[int]], n: int, params: SamplingParams, seed: int) -> SampleBatch:
-        """``n`` completions per prompt with their log-probs, prompt-major (row b answers prompt b // n).
-
-        The backend's part of :meth:`generate`: the torch sampler here, vLLM engines in
-        :class:`skyrl_engine.vllm_engine.VLLMGeneratorWorker`.
-        """
-        import torch
-
-        from skyrl_engine.sampler import sample
-
-        generator = torch.Generator().manual_seed(seed)
-        return sample(
-            self.model,
-            [ids for ids in prompt_ids for _ in range(n)],
-            params,
-            eos_id=self.tokenizer.eos_token_id,
-            pad_id=self.tokenizer.pad_token_id,
-            generator=generator,
-        )
-
     def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
         """``n`` samples for each row, scored by each row's environment."""
+        from skyrl_engine.protocol import to_sample_batch
         from skyrl_engine.tasks import score_response
 
         expanded = [row for row in rows for _ in range(n)]
-        samples = self._sample([self._encode(row) for row in rows], n, params, seed)
-        lengths = samples.response_lengths_B.tolist()
-        responses = [
-            self.tokenizer.decode(samples.response_ids_BT[b, : lengths[b]].tolist(), skip_special_tokens=True)
-            for b in range(len(expanded))
-        ]
+        prompt_ids = [self.encode(row) for row in rows]
+        completions = self.backend.generate(prompt_ids, n, params, seed, stop_token_ids=[self.tokenizer.eos_token_id])
+        samples = to_sample_batch(completions, prompt_ids, self.tokenizer.pad_token_id)
+        responses = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in completions.response_ids]
         rewards, env_metrics = [], []
         for row, response in zip(expanded, responses, strict=True):
-            reward, metrics = score_response(row, response)
+            reward, metrics = score_response(row, response, self.env_configs)
             rewards.append(reward)
             env_metrics.append(metrics)
         prompt_texts = {}
         for row in rows:
             key = json.dumps(row.prompt)
             if key not in prompt_texts:
-                prompt_texts[key] = self.tokenizer.decode(self._encode(row), skip_special_tokens=False)
+                prompt_texts[key] = self.tokenizer.decode(self.encode(row), skip_special_tokens=False)
         return GeneratorOutput(
             samples=samples,
             rewards_B=rewards,
@@ -131,6 +108,73 @@ class GeneratorWorker:
             env_metrics=env_metrics,
             group_size=n,
         )
+
+    def __repr__(self) -> str:
+        return f"SingleTurnLoop({self.backend!r})"
+
+
+class GeneratorWorker:
+    """The generator role: a backend, a rollout loop and the environments (see the module docstring).
+
+    ``backend`` hands in a generation backend that is already running (vLLM engines shared by several
+    jobs' workers); by default the worker starts the one the config names.
+
+    >>> worker = GeneratorWorker(model_dir, cfg.generator, num_threads=1)                  # doctest: +SKIP
+    >>> out = worker.generate(rows, n=4, params=cfg.generator.sampling_params, seed=0)      # doctest: +SKIP
+    """
+
+    def __init__(self, model_path: str, generator: GeneratorConfig, *, num_threads: int = 0,
+                 plugins: list[str] | tuple[str, ...] = (), env_configs: dict[str, dict[str, Any]] | None = None,
+                 placement: Any | None = None, colocated: bool = False, vllm_python: str | None = None,
+                 seed: int = 0, engine_kwargs: dict[str, Any] | None = None,
+                 backend: TokenGenerator | None = None) -> None:
+        from skyrl_core.choices import Backend
+        from skyrl_engine.models import load_tokenizer
+        from skyrl_engine.policy import prepare_worker
+
+        self.num_threads = prepare_worker(num_threads, plugins)
+        self.backend: TokenGenerator
+        self.tokenizer = load_tokenizer(model_path)
+        self.backend_name = str(generator.inference_engine.backend)
+        self.owns_backend = backend is None  # a backend handed in (engines already running) outlives us
+        if backend is not None:
+            self.backend = backend
+        elif generator.inference_engine.backend == Backend.VLLM:
+            from skyrl_engine.vllm_engine import VLLMGenerator
+
+            kwargs = {"python": vllm_python, "num_threads": num_threads or None, "seed": seed,
+                      # vLLM's "auto" runs a float32 checkpoint in 16 bits; on CPU keep the trainer's float32
+                      # so the engine's log-probs match the trainer's.
+                      "dtype": "float32" if placement is None or placement.plan.device == "CPU" else "auto",
+                      **(engine_kwargs or {})}
+            if generator.max_turns > 1:  # episodes grow past one prompt: room as the torch sampler has
+                from skyrl_engine.multiturn import context_tokens
+
+                kwargs.setdefault("max_model_len", context_tokens(model_max_positions(model_path)))
+            self.backend = VLLMGenerator.from_config(
+                generator.inference_engine, model_path, colocated=colocated, placement=placement, **kwargs)
+        else:
+            from skyrl_engine.models import load_model
+            from skyrl_engine.sampler import TorchSampler
+
+            self.backend = TorchSampler(load_model(model_path), pad_id=self.tokenizer.pad_token_id)
+        self.version = 0
+        if generator.max_turns > 1:
+            from skyrl_engine.multiturn import MultiTurnLoop
+
+            self.loop: SingleTurnLoop | MultiTurnLoop = MultiTurnLoop(
+                self.tokenizer, self.backend, generator.max_turns, env_configs,
+                max_context_tokens=None, trained_positions=model_max_positions(model_path))
+        else:
+            self.loop = SingleTurnLoop(self.tokenizer, self.backend, env_configs)
+        from skyrl_engine.tasks import register_builtin_envs
+
+        register_builtin_envs()
+
+    def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
+        """``n`` rollouts per row with the current weights (the loop decides single- or multi-turn)."""
+        self.backend.wake_up()
+        return self.loop.generate(rows, n, params, seed)
 
     def evaluate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int, batch_size: int) -> dict[str, Any]:
         """Mean reward over ``rows`` (``n`` samples each), overall and per data source."""
@@ -146,6 +190,39 @@ class GeneratorWorker:
             result[f"eval/{source}/avg_score"] = sum(picked) / len(picked)
         return result
 
+    def load_weights(self, weights: Any) -> float:
+        """Install the trainer's weights (a state dict) in the backend; return seconds taken."""
+        self.version += 1
+        return self.backend.update_weights(weights, self.version)
+
+    def sleep(self) -> None:
+        """Free device memory while the policy trains (colocated vLLM on GPU); a no-op otherwise."""
+        self.backend.sleep()
+
+    def shutdown(self) -> None:
+        """Stop what the backend started (vLLM engine actors), unless the backend was handed in."""
+        if self.owns_backend:
+            self.backend.shutdown()
+
     def ping(self) -> int:
         """The torch thread count (also proves the actor is up)."""
         return self.num_threads
+
+    def __repr__(self) -> str:
+        return f"GeneratorWorker(backend={self.backend_name}, loop={type(self.loop).__name__}, version={self.version})"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<code>{html.escape(repr(self))}</code>"
+
+
+def model_max_positions(model_path: str) -> int:
+    """``max_position_embeddings`` from a model directory's config.json (0 when it does not say)."""
+    import os
+
+    try:
+        with open(os.path.join(model_path, "config.json")) as f:
+            return int(json.load(f).get("max_position_embeddings") or 0)
+    except (OSError, ValueError):
+        return 0

@@ -1,4 +1,4 @@
-"""Multi-turn rollouts: the agent loop of SkyRL's ``SkyRLGymGenerator``, on the torch sampler.
+"""Multi-turn rollouts: the agent loop of SkyRL's ``SkyRLGymGenerator``, on any generation backend.
 
 One episode per sample::
 
@@ -19,30 +19,28 @@ context reaches ``max_context_tokens`` (the model's ``max_position_embeddings``,
 Each sample's turns go to the run store as the ``turns`` column: a JSON list of
 ``{role, content, token_start, token_end, reward}``, spans indexing the response tokens.
 
+Each turn samples through the token-level protocol (:mod:`skyrl_engine.protocol`), one completion per
+active episode, so the torch sampler and vLLM engines both run it. Turn ``k`` of a step draws with
+seed ``step_seed(seed, k, 2)``.
+
 Environments that need settings (text2sql's database folder, search's retriever URL) take them
-from ``env_configs`` (``{env_class: {key: value}}``); :func:`env_configs_from_environ` reads them
-from ``SKYRL_NB_TEXT2SQL_DB_PATH`` and ``SKYRL_NB_SEARCH_URL`` in the driver, so Ray actors get
-them as arguments.
+from ``env_configs`` (``{env_class: {key: value}}``); :func:`skyrl_engine.tasks.env_configs_from_environ`
+reads them from ``SKYRL_NB_TEXT2SQL_DB_PATH`` and ``SKYRL_NB_SEARCH_URL`` in the driver, so Ray actors
+get them as arguments.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Any
 
-from skyrl_engine.generator import GeneratorOutput, GeneratorWorker
+from skyrl_engine.generator import GeneratorOutput, step_seed
 
 if TYPE_CHECKING:
-    from skyrl_engine.sampler import SamplingParams
+    from skyrl_core.config import SamplingParams
+    from skyrl_engine.protocol import TokenGenerator
     from skyrl_engine.tasks import PromptRow
 
-# SkyRL's defaults for the skyrl-gym environments that take a config (environment.skyrl_gym.*).
-DEFAULT_ENV_CONFIGS: dict[str, dict[str, Any]] = {
-    "text2sql": {"db_path": "/home/ray/default/sql_data"},
-    "search": {"log_requests": False, "search_url": "http://127.0.0.1:8000/retrieve", "topk": 3, "timeout": 30},
-}
-ENVIRON_KEYS = {"SKYRL_NB_TEXT2SQL_DB_PATH": ("text2sql", "db_path"), "SKYRL_NB_SEARCH_URL": ("search", "search_url")}
 # Episodes may run past a small model's trained positions (RoPE extrapolates): the built-in char model
 # has 256, and one text2sql observation alone is ~200 characters.
 MIN_CONTEXT_TOKENS = 1024
@@ -51,39 +49,9 @@ MIN_CONTEXT_TOKENS = 1024
 _BASE_CONVERSATION = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
 
 
-def env_configs_from_environ(environ: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
-    """Environment settings from ``SKYRL_NB_*`` variables (see the module docstring)."""
-    environ = os.environ if environ is None else environ
-    found: dict[str, dict[str, Any]] = {}
-    for var, (env_class, key) in ENVIRON_KEYS.items():
-        if environ.get(var):
-            found.setdefault(env_class, {})[key] = environ[var]
-    return found
-
-
-def env_config_for(env_class: str, env_configs: dict[str, dict[str, Any]] | None):
-    """The config object skyrl-gym's ``env_class`` reads (attribute access, as SkyRL's DictConfig)."""
-    from omegaconf import OmegaConf
-
-    settings = dict(DEFAULT_ENV_CONFIGS.get(env_class, {}))
-    if env_class == "text2sql" and not (env_configs or {}).get("text2sql", {}).get("db_path"):
-        from skyrl_engine.text2sql_data import builtin_db_root
-
-        settings["db_path"] = builtin_db_root()
-    settings.update((env_configs or {}).get(env_class, {}))
-    return OmegaConf.create(settings)
-
-
-def generator_worker_class(cfg: Any) -> type:
-    """The generator actor class for ``cfg``: the agent loop when ``generator.max_turns > 1``."""
-    return MultiTurnGeneratorWorker if cfg.generator.max_turns > 1 else GeneratorWorker
-
-
-def generator_worker_kwargs(cfg: Any) -> dict[str, Any]:
-    """Extra constructor arguments of :func:`generator_worker_class` (none for single-turn)."""
-    if cfg.generator.max_turns <= 1:
-        return {}
-    return {"max_turns": int(cfg.generator.max_turns), "env_configs": env_configs_from_environ()}
+def context_tokens(trained_positions: int) -> int:
+    """How long an episode may grow: the model's trained positions, at least ``MIN_CONTEXT_TOKENS``."""
+    return max(MIN_CONTEXT_TOKENS, int(trained_positions))
 
 
 class _Episode:
@@ -112,20 +80,24 @@ class _Episode:
         return len(self.prompt_ids) + len(self.response_ids)
 
 
-class MultiTurnGeneratorWorker(GeneratorWorker):
-    """:class:`GeneratorWorker` whose ``generate`` runs the agent loop for up to ``max_turns`` turns."""
+class MultiTurnLoop:
+    """The agent loop: up to ``max_turns`` assistant turns per episode (see the module docstring)."""
 
-    def __init__(self, model_path: str, num_threads: int = 0, env_class: str = "gsm8k", max_turns: int = 5,
-                 env_configs: dict[str, dict[str, Any]] | None = None, max_context_tokens: int | None = None):
-        super().__init__(model_path, num_threads, env_class)
+    def __init__(self, tokenizer: Any, backend: TokenGenerator, max_turns: int = 5,
+                 env_configs: dict[str, dict[str, Any]] | None = None, max_context_tokens: int | None = None,
+                 trained_positions: int = 0) -> None:
+        self.tokenizer = tokenizer
+        self.backend = backend
         self.max_turns = int(max_turns)
         self.env_configs = env_configs or {}
-        trained_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self.max_context_tokens = int(max_context_tokens or max(MIN_CONTEXT_TOKENS, trained_positions))
+        wanted = int(max_context_tokens or context_tokens(trained_positions))
+        limit = getattr(backend, "max_context_tokens", None)  # e.g. a vLLM engine's max_model_len
+        self.max_context_tokens = min(wanted, int(limit)) if limit else wanted
         self._base_ids = self._template(_BASE_CONVERSATION, add_generation_prompt=False)
 
     def __repr__(self) -> str:
-        return f"MultiTurnGeneratorWorker(max_turns={self.max_turns}, max_context_tokens={self.max_context_tokens})"
+        return (f"MultiTurnLoop(max_turns={self.max_turns}, max_context_tokens={self.max_context_tokens}, "
+                f"backend={self.backend!r})")
 
     def _template(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
@@ -146,21 +118,14 @@ class MultiTurnGeneratorWorker(GeneratorWorker):
         # search to 2); a row that does not say gets generator.max_turns, so the env's "turns left"
         # and the loop agree.
         extras = {"max_turns": self.max_turns, **(row.extras or {})}
-        env = make_env(row.env_class, extras, env_config_for(row.env_class, self.env_configs))
+        env = make_env(row.env_class, extras, self.env_configs)
         conversation, _ = env.init([dict(m) for m in row.prompt])
         return _Episode(env, encode_prompt(self.tokenizer, conversation))
 
     def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
         """``n`` episodes per row, each up to ``max_turns`` assistant turns (see the module docstring)."""
-        import dataclasses
-
-        import torch
-
-        from skyrl_engine.sampler import sample
-
         expanded = [row for row in rows for _ in range(n)]
         episodes = [self._start(row) for row in expanded]
-        generator = torch.Generator().manual_seed(seed)
         eos = self.tokenizer.eos_token_id
         try:
             for turn in range(self.max_turns):
@@ -171,22 +136,22 @@ class MultiTurnGeneratorWorker(GeneratorWorker):
                 if not active:
                     break
                 budget = self.max_context_tokens - max(ep.context_len for ep in active)
-                turn_params = dataclasses.replace(params, max_generate_length=max(1, min(params.max_generate_length, budget)))
-                s = sample(self.model, [ep.prompt_ids + ep.response_ids for ep in active], turn_params,
-                           eos_id=eos, pad_id=self.tokenizer.pad_token_id, generator=generator)
-                lengths = s.response_lengths_B.tolist()
+                turn_params = params.model_copy(
+                    update={"max_generate_length": max(1, min(params.max_generate_length, budget))})
+                out = self.backend.generate([ep.prompt_ids + ep.response_ids for ep in active], 1, turn_params,
+                                            step_seed(seed, turn, 2), stop_token_ids=[eos])
                 for i, ep in enumerate(active):
-                    ids = s.response_ids_BT[i, : lengths[i]].tolist()
+                    ids = out.response_ids[i]
                     text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                    start, end = ep.add(ids, True, s.logprobs_BT[i, : lengths[i]].tolist())
-                    if s.finish_reasons[i] != "stop":
+                    start, end = ep.add(ids, True, out.logprobs[i])
+                    if out.finish_reasons[i] != "stop":
                         ep.add([eos], False)  # close the turn so the next one reads as the template would
                     step = ep.env.step(text)
                     reward = float(step["reward"] or 0.0)
                     ep.turn_rewards.append(reward)
                     ep.turns.append({"role": "assistant", "content": text, "token_start": start, "token_end": end,
                                      "reward": reward})
-                    ep.finish_reason = s.finish_reasons[i]
+                    ep.finish_reason = out.finish_reasons[i]
                     if step["done"] or turn == self.max_turns - 1:
                         ep.done = True
                         continue

@@ -39,15 +39,6 @@ __all__ = [
     "start_private_ray",
 ]
 
-# Config keys read by plan_placement, with SkyRL's defaults (used when the config does not have them).
-PLACEMENT_DEFAULTS: dict[str, Any] = {
-    "trainer.placement.colocate_all": True,
-    "trainer.placement.policy_num_nodes": 1,
-    "trainer.placement.policy_num_gpus_per_node": 1,
-    "generator.inference_engine.num_engines": 1,
-    "generator.inference_engine.tensor_parallel_size": 1,
-}
-
 # Share of a colocated bundle each side asks for, so both fit in the same bundle (SkyRL uses
 # fractional GPUs the same way: 0.2 for the trainer workers, the rest for the engine).
 _COLOCATED_POLICY_SHARE = 0.5
@@ -193,28 +184,9 @@ class PlacementPlan:
         return f"<code>{html.escape(repr(self))}</code>"
 
 
-def _get(cfg: Any, key: str) -> Any:
-    """Read a dotted key from a JobConfig (``.get``), a flat dotted mapping or a nested mapping."""
-    if cfg is None:
-        return PLACEMENT_DEFAULTS[key]
-    if isinstance(cfg, Mapping):
-        if key in cfg:
-            return cfg[key]
-        node: Any = cfg
-        for part in key.split("."):
-            if not isinstance(node, Mapping) or part not in node:
-                return PLACEMENT_DEFAULTS[key]
-            node = node[part]
-        return node
-    try:
-        value = cfg.get(key)
-    except (AttributeError, KeyError, ValueError):
-        return PLACEMENT_DEFAULTS[key]
-    return PLACEMENT_DEFAULTS[key] if value is None else value
-
-
 def plan_placement(cfg: Any = None, *, device: str | None = None, **overrides: Any) -> PlacementPlan:
-    """Build the plan from a config (JobConfig, dotted dict or nested dict); keys it lacks take SkyRL defaults.
+    """Build the plan from ``trainer.placement`` and ``generator.inference_engine`` of a config (a JobConfig,
+    dotted dict or nested dict; keys it lacks take the schema's defaults, SkyRL's).
 
     ``device`` is "GPU" or "CPU"; None picks GPU when the connected Ray cluster has any, else CPU.
     Keyword overrides use the last part of the key: ``plan_placement(cfg, colocate_all=False)``.
@@ -222,7 +194,13 @@ def plan_placement(cfg: Any = None, *, device: str | None = None, **overrides: A
     >>> plan_placement({"trainer.placement.colocate_all": False}, device="CPU").total()
     {'CPU': 2.0}
     """
-    values = {key.rsplit(".", 1)[1]: _get(cfg, key) for key in PLACEMENT_DEFAULTS}
+    from skyrl_core.config import as_config
+
+    job = as_config(cfg)
+    placement, engine = job.trainer.placement, job.generator.inference_engine
+    values = {"colocate_all": placement.colocate_all, "policy_num_nodes": placement.policy_num_nodes,
+              "policy_num_gpus_per_node": placement.policy_num_gpus_per_node,
+              "num_engines": engine.num_engines, "tensor_parallel_size": engine.tensor_parallel_size}
     values.update(overrides)
     if device is None:
         device = "GPU" if cluster_resources().total.get("GPU", 0.0) > 0 else "CPU"
@@ -353,15 +331,17 @@ def start_private_ray(
 
     import ray
 
+    from skyrl_core import procs
+
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     temp_dir = temp_dir or tempfile.mkdtemp(prefix="skyrl-ray-", dir="/tmp")
-    boost = -10 if hasattr(os, "geteuid") and os.geteuid() == 0 else 0
+    boost = procs.permitted_nice(-10)
     last: Exception | None = None
     for _ in range(attempts):
-        before = _children_of(os.getpid())
+        before = procs.children_of("self")
         if boost:
-            os.setpriority(os.PRIO_PROCESS, 0, boost)
-            _autogroup_nice(boost)  # with sched autogroup, the session's group niceness is what counts
+            # with sched autogroup, the session's group niceness is what counts
+            procs.nice_with_autogroup("self", boost)
         try:
             ray.init(
                 address="local",
@@ -378,38 +358,7 @@ def start_private_ray(
             ray.shutdown()
         finally:
             if boost:
-                os.setpriority(os.PRIO_PROCESS, 0, 0)
-                _autogroup_nice(0)
-                for pid in _children_of(os.getpid()) - before:
-                    _renice_tree(pid, 0)
+                procs.nice_with_autogroup("self", 0)
+                for pid in procs.children_of("self") - before:
+                    procs.renice_tree(pid, 0)
     raise RuntimeError(f"could not start a local Ray cluster in {attempts} attempts: {last}")
-
-
-def _autogroup_nice(value: int) -> None:
-    try:
-        with open("/proc/self/autogroup", "w") as f:
-            f.write(str(value))
-    except OSError:
-        pass
-
-
-def _children_of(pid: int) -> set[int]:
-    kids = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        kids.add(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
-    return kids
-
-
-def _renice_tree(pid: int, value: int) -> None:
-    for child in _children_of(pid):
-        _renice_tree(child, value)
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, value)
-    except OSError:
-        pass

@@ -1,8 +1,9 @@
 """The policy side of a step: forward passes, the loss, micro-batched optimizer steps.
 
-``PolicyWorker`` holds the policy, an optional frozen reference, the optimizer and the LR schedule.
-The Ray trainer actor is this class; the bench and the tests use it in-process. One call of
-:meth:`PolicyWorker.train_step` does SkyRL's ``train_critic_and_policy`` for the policy:
+``PolicyWorker`` holds the policy, the optimizer and the LR schedule; ``ReferenceWorker`` the frozen
+reference that ``use_kl_loss`` compares with (its log-probs arrive in ``TrainBatch.ref_logprobs_BT``).
+Each is a role of :class:`skyrl_engine.workers.Workers`, in the job's process or a Ray actor. One call
+of :meth:`PolicyWorker.train_step` does SkyRL's ``train_critic_and_policy`` for the policy:
 
     for each of update_epochs_per_batch:
         for each mini-batch (policy_mini_batch_size prompts x n samples):
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from skyrl_core.config import TrainerConfig
+
 
 @dataclass
 class TrainBatch:
@@ -40,6 +43,7 @@ class TrainBatch:
     group_size: int
     values_BT: torch.Tensor | None = None  # the critic's, before its update (gae only)
     returns_BT: torch.Tensor | None = None  # the critic's targets (gae only)
+    ref_logprobs_BT: torch.Tensor | None = None  # the frozen reference's (use_kl_loss only)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -48,16 +52,12 @@ class TrainBatch:
 
     def rows(self, start: int, stop: int) -> TrainBatch:
         """Rows ``start:stop`` (all tensors sliced alike)."""
-        return TrainBatch(
-            sequences_BL=self.sequences_BL[start:stop],
-            attention_mask_BL=self.attention_mask_BL[start:stop],
-            response_mask_BT=self.response_mask_BT[start:stop],
-            advantages_BT=self.advantages_BT[start:stop],
-            rollout_logprobs_BT=self.rollout_logprobs_BT[start:stop],
-            group_size=self.group_size,
-            values_BT=None if self.values_BT is None else self.values_BT[start:stop],
-            returns_BT=None if self.returns_BT is None else self.returns_BT[start:stop],
-        )
+        import dataclasses
+
+        return TrainBatch(**{
+            f.name: value[start:stop] if f.name.endswith(("_BL", "_BT")) and value is not None else value
+            for f in dataclasses.fields(self) for value in [getattr(self, f.name)]
+        })
 
 
 def set_torch_threads(num_threads: int) -> int:
@@ -98,10 +98,14 @@ def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy
     return logprobs_BT, (logits_BTV if with_entropy else None)
 
 
-def prepare_worker(num_threads: int) -> int:
-    """What every model worker does first: fix torch's threads, turn deterministic algorithms on."""
+def prepare_worker(num_threads: int, plugins: list[str] | tuple[str, ...] = ()) -> int:
+    """What every worker does first: import the job's ``plugins:`` (their registrations live per process),
+    fix torch's threads, turn deterministic algorithms on. Returns the thread count."""
     import torch
 
+    from skyrl_core.registry import load_plugins
+
+    load_plugins(plugins)
     threads = set_torch_threads(num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     return threads
@@ -114,29 +118,73 @@ def make_optimizer(model: Any, optimizer_config: Any, total_optimizer_steps: int
 
     oc = optimizer_config
     optimizer = torch.optim.AdamW(model.parameters(), lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay)
-    scheduler = get_scheduler(_SCHEDULERS[oc.scheduler], optimizer, num_warmup_steps=oc.num_warmup_steps,
+    scheduler = get_scheduler(str(oc.scheduler), optimizer, num_warmup_steps=oc.num_warmup_steps,
                               num_training_steps=max(1, total_optimizer_steps))
     return optimizer, scheduler
 
 
-class PolicyWorker:
-    """Policy + optional frozen reference + AdamW + LR schedule; one :meth:`train_step` per step."""
+def updates_per_step(trainer: TrainerConfig, mini_batch_size: int) -> int:
+    """Optimizer steps one training step makes: mini-batches per batch × update epochs."""
+    return (trainer.train_batch_size // mini_batch_size) * trainer.update_epochs_per_batch
 
-    def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
+
+def forward_no_grad(model: Any, batch: TrainBatch, micro_rows: int, fn: Any) -> Any:
+    """``fn(model, micro_batch)`` over ``batch`` in slices of ``micro_rows`` rows, without grad, concatenated."""
+    import torch
+
+    parts = []
+    with torch.no_grad():
+        for start in range(0, batch.sequences_BL.shape[0], max(1, micro_rows)):
+            parts.append(fn(model, batch.rows(start, start + micro_rows)))
+    return torch.cat(parts, dim=0)
+
+
+def forward_rows(trainer: TrainerConfig) -> int:
+    """Rows per no-grad forward pass: the larger of the forward and train micro-batch sizes."""
+    return max(1, trainer.micro_forward_batch_size_per_gpu, trainer.micro_train_batch_size_per_gpu)
+
+
+class ReferenceWorker:
+    """The frozen reference policy of ``use_kl_loss``: its log-probs of each step's responses."""
+
+    def __init__(self, model_path: str, trainer: TrainerConfig, temperature: float, num_threads: int = 0,
+                 plugins: list[str] | tuple[str, ...] = ()) -> None:
         from skyrl_engine.models import load_model
 
-        self.num_threads = prepare_worker(num_threads)
-        self.cfg = cfg
-        t = cfg.trainer
+        self.num_threads = prepare_worker(num_threads, plugins)
+        self.micro_rows = forward_rows(trainer)
+        self.temperature = float(temperature) or 1.0
+        self.model = load_model(model_path)
+        self.model.requires_grad_(False)
+
+    def logprobs(self, batch: TrainBatch) -> Any:
+        """``ref_logprobs_BT`` of the batch's response tokens."""
+        return forward_no_grad(self.model, batch, self.micro_rows,
+                               lambda model, micro: response_logprobs(model, micro, self.temperature)[0])
+
+    def ping(self) -> int:
+        """The torch thread count (also proves the actor is up)."""
+        return self.num_threads
+
+
+class PolicyWorker:
+    """Policy + AdamW + LR schedule; one :meth:`train_step` per step.
+
+    ``trainer`` is the config's ``trainer`` section; ``temperature`` the generator's sampling
+    temperature (the log-probs are taken under the same tempered softmax the sampler drew from).
+    """
+
+    def __init__(self, model_path: str, trainer: TrainerConfig, temperature: float, total_steps: int,
+                 num_threads: int = 0, plugins: list[str] | tuple[str, ...] = ()):
+        from skyrl_engine.models import load_model
+
+        self.num_threads = prepare_worker(num_threads, plugins)
+        t = self.trainer = trainer
         self.algo = t.algorithm
-        self.temperature = float(cfg.generator.sampling_params.temperature) or 1.0
+        self.temperature = float(temperature) or 1.0
         self.model = load_model(model_path)
         self.model.train()
-        self.ref_model = load_model(model_path) if self.algo.use_kl_loss else None
-        if self.ref_model is not None:
-            self.ref_model.requires_grad_(False)
-        updates_per_step = (t.train_batch_size // t.policy_mini_batch_size) * t.update_epochs_per_batch
-        self.total_optimizer_steps = max(1, total_steps * updates_per_step)
+        self.total_optimizer_steps = max(1, total_steps * updates_per_step(t, t.policy_mini_batch_size))
         self.optimizer, self.scheduler = make_optimizer(self.model, t.policy.optimizer_config, self.total_optimizer_steps)
 
     # -- the update ---------------------------------------------------------------------------
@@ -146,7 +194,7 @@ class PolicyWorker:
 
         from skyrl_engine import algorithms
 
-        t = self.cfg.trainer
+        t = self.trainer
         algo = self.algo
         B = batch.sequences_BL.shape[0]
         mini_rows = t.policy_mini_batch_size * batch.group_size
@@ -156,7 +204,10 @@ class PolicyWorker:
         # single pass they equal the current ones (detached), which saves a forward pass. They are
         # also the "old" side of off_policy_correction's ratio exp(old - rollout).
         old_logprobs_BT = None if one_pass else self._forward_no_grad(self.model, batch)
-        ref_logprobs_BT = self._forward_no_grad(self.ref_model, batch) if self.ref_model is not None else None
+        ref_logprobs_BT = batch.ref_logprobs_BT  # the reference role's, when use_kl_loss
+        if algo.use_kl_loss and ref_logprobs_BT is None:
+            raise ValueError("trainer.algorithm.use_kl_loss: true, but the batch has no reference log-probs "
+                             "(the workers have no reference role)")
 
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -230,16 +281,8 @@ class PolicyWorker:
         return {k: sums[k] / counts[k] for k in sums}
 
     def _forward_no_grad(self, model, batch: TrainBatch):
-        import torch
-
-        micro = max(1, self.cfg.trainer.micro_forward_batch_size_per_gpu)
-        micro = max(micro, self.cfg.trainer.micro_train_batch_size_per_gpu)
-        parts = []
-        with torch.no_grad():
-            for start in range(0, batch.sequences_BL.shape[0], micro):
-                lp, _ = response_logprobs(model, batch.rows(start, start + micro), self.temperature)
-                parts.append(lp)
-        return torch.cat(parts, dim=0)
+        return forward_no_grad(model, batch, forward_rows(self.trainer),
+                               lambda model, micro: response_logprobs(model, micro, self.temperature)[0])
 
     # -- weights and state --------------------------------------------------------------------
     def get_weights(self) -> dict[str, Any]:
@@ -262,10 +305,3 @@ class PolicyWorker:
         """The torch thread count (also proves the actor is up)."""
         return self.num_threads
 
-
-_SCHEDULERS = {
-    "constant_with_warmup": "constant_with_warmup",
-    "constant": "constant",
-    "linear": "linear",
-    "cosine": "cosine",
-}

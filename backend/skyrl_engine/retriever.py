@@ -61,6 +61,16 @@ class BM25:
         return scores[: max(0, topk)]
 
 
+def send_json(handler: BaseHTTPRequestHandler, code: int, payload: Any) -> None:
+    """Answer an ``http.server`` request with ``payload`` as JSON (status ``code``, a Content-Length)."""
+    data = json.dumps(payload).encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class RetrieverServer:
     """BM25 over ``docs`` behind ``POST /retrieve`` on 127.0.0.1, in a background thread.
 
@@ -89,12 +99,7 @@ class RetrieverServer:
                     self._reply(400, {"error": str(err)})
 
             def _reply(self, code: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, payload)
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -13,35 +13,20 @@ The trainer's forward pass uses exactly this layout, so its log-probs match the 
 
 from __future__ import annotations
 
+import html
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from skyrl_core.config import SamplingParams
+from skyrl_engine.protocol import Completions
 
 if TYPE_CHECKING:
     import torch
 
-
-@dataclass
-class SamplingParams:
-    """What SkyRL calls ``generator.sampling_params``."""
-
-    max_generate_length: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-
-    @classmethod
-    def from_config(cls, cfg) -> SamplingParams:
-        """From a config object (or dict) carrying SkyRL's sampling keys."""
-        get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
-        top_k = get("top_k", -1)
-        return cls(
-            max_generate_length=int(get("max_generate_length", 16)),
-            temperature=float(get("temperature", 1.0)),
-            top_p=float(get("top_p", 1.0) if get("top_p", 1.0) is not None else 1.0),
-            top_k=int(top_k) if top_k is not None else -1,
-            min_p=float(get("min_p", 0.0) or 0.0),
-        )
+__all__ = ["SampleBatch", "SamplingParams", "TorchSampler", "filter_logits", "left_pad", "position_ids_from_mask",
+           "sample"]
 
 
 @dataclass
@@ -195,3 +180,70 @@ def sample(
         logprobs_BT=logprobs_BT * response_mask_BT,
         finish_reasons=finish,
     )
+
+
+class TorchSampler:
+    """The torch backend of the generation protocol (:class:`skyrl_engine.protocol.TokenGenerator`).
+
+    Holds its own copy of the policy for sampling; the trainer pushes new weights after each step.
+
+    >>> sampler = TorchSampler(load_model(model_dir), pad_id=tok.pad_token_id)      # doctest: +SKIP
+    >>> sampler.generate([[5, 6, 7]], n=4, params=SamplingParams(max_generate_length=8), seed=0,
+    ...                  stop_token_ids=[tok.eos_token_id])                          # doctest: +SKIP
+    """
+
+    def __init__(self, model: Any, pad_id: int) -> None:
+        self.model = model
+        self.model.requires_grad_(False)
+        self.pad_id = pad_id
+        self.version = 0
+        self.max_context_tokens: int | None = None  # no hard limit: positions past training extrapolate
+
+    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, params: SamplingParams, seed: int,
+                 stop_token_ids: Sequence[int] = ()) -> Completions:
+        """``n`` completions per prompt with :func:`sample`, drawn from a generator seeded with ``seed``."""
+        import torch
+
+        if len(stop_token_ids) != 1:
+            raise ValueError(f"stop_token_ids: {list(stop_token_ids)!r}: the torch sampler stops at exactly one "
+                             "token id (the tokenizer's EOS)")
+        t0 = time.perf_counter()
+        batch = sample(self.model, [list(ids) for ids in prompt_ids for _ in range(n)], params,
+                       eos_id=int(stop_token_ids[0]), pad_id=self.pad_id,
+                       generator=torch.Generator().manual_seed(seed))
+        lengths = batch.response_lengths_B.tolist()
+        return Completions(
+            prompt_index=[b // n for b in range(len(lengths))],
+            response_ids=[batch.response_ids_BT[b, :length].tolist() for b, length in enumerate(lengths)],
+            logprobs=[batch.logprobs_BT[b, :length].tolist() for b, length in enumerate(lengths)],
+            finish_reasons=batch.finish_reasons,
+            policy_version=self.version,
+            generate_s=time.perf_counter() - t0,
+        )
+
+    def update_weights(self, weights: Mapping[str, Any] | str, version: int) -> float:
+        """Load a full state dict from the trainer (or a directory of safetensors)."""
+        t0 = time.perf_counter()
+        if isinstance(weights, Mapping):
+            self.model.load_state_dict(weights, strict=True)
+        else:
+            from skyrl_engine.models import load_model
+
+            self.model.load_state_dict(load_model(str(weights)).state_dict(), strict=True)
+        self.version = version
+        return time.perf_counter() - t0
+
+    def sleep(self) -> None:
+        """Nothing to free on CPU."""
+
+    def wake_up(self) -> None:
+        """Nothing to restore on CPU."""
+
+    def shutdown(self) -> None:
+        """Nothing runs besides this process."""
+
+    def __repr__(self) -> str:
+        return f"TorchSampler({type(self.model).__name__}, version={self.version})"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"

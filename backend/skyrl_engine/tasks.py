@@ -38,6 +38,14 @@ class PromptRow:
     """The row without ``prompt`` and ``env_class``: what SkyRL hands the environment as ``extras``."""
 
 
+# SkyRL's defaults for the skyrl-gym environments that take a config (environment.skyrl_gym.*).
+DEFAULT_ENV_CONFIGS: dict[str, dict[str, Any]] = {
+    "text2sql": {"db_path": "/home/ray/default/sql_data"},
+    "search": {"log_requests": False, "search_url": "http://127.0.0.1:8000/retrieve", "topk": 3, "timeout": 30},
+}
+ENVIRON_KEYS = {"SKYRL_NB_TEXT2SQL_DB_PATH": ("text2sql", "db_path"), "SKYRL_NB_SEARCH_URL": ("search", "search_url")}
+
+
 # --------------------------------------------------------------------------------------------
 # the built-in arithmetic task
 
@@ -111,27 +119,57 @@ def __getattr__(name: str):
 
 
 def register_builtin_envs() -> None:
-    """Register ``arithmetic`` in skyrl-gym's registry (idempotent)."""
+    """Register skyrl-nb's and the plug-ins' environments (``skyrl_core.registry.ENVIRONMENTS``) with skyrl-gym.
+
+    Idempotent; skyrl-gym's own environments are registered by skyrl-gym itself.
+    """
     from skyrl_gym.envs import registration
 
-    if "arithmetic" not in registration.registry:
-        registration.register(id="arithmetic", entry_point="skyrl_engine.tasks:ArithmeticEnv")
+    from skyrl_core.registry import ENVIRONMENTS
+
+    for name, entry_point in ENVIRONMENTS.registered().items():
+        if name not in registration.registry:
+            registration.register(id=name, entry_point=entry_point)
 
 
-def make_env(env_class: str, extras: dict[str, Any], env_config: Any = None):
-    """An environment from skyrl-gym's registry, as SkyRL's generator makes it."""
+def env_configs_from_environ(environ: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Environment settings from ``SKYRL_NB_*`` variables (see the module docstring)."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, dict[str, Any]] = {}
+    for var, (env_class, key) in ENVIRON_KEYS.items():
+        if environ.get(var):
+            found.setdefault(env_class, {})[key] = environ[var]
+    return found
+
+
+def env_config_for(env_class: str, env_configs: dict[str, dict[str, Any]] | None):
+    """The config object skyrl-gym's ``env_class`` reads (attribute access, as SkyRL's DictConfig)."""
+    from omegaconf import OmegaConf
+
+    settings = dict(DEFAULT_ENV_CONFIGS.get(env_class, {}))
+    if env_class == "text2sql" and not (env_configs or {}).get("text2sql", {}).get("db_path"):
+        from skyrl_engine.text2sql_data import builtin_db_root
+
+        settings["db_path"] = builtin_db_root()
+    settings.update((env_configs or {}).get(env_class, {}))
+    return OmegaConf.create(settings)
+
+
+def make_env(env_class: str, extras: dict[str, Any], env_configs: dict[str, dict[str, Any]] | None = None):
+    """An environment from skyrl-gym's registry, as SkyRL's generator makes it, with its settings."""
     import skyrl_gym
 
     register_builtin_envs()
-    return skyrl_gym.make(env_class, env_config=env_config or {}, extras=extras)
+    return skyrl_gym.make(env_class, env_config=env_config_for(env_class, env_configs), extras=extras)
 
 
-def score_response(row: PromptRow, response: str) -> tuple[float, dict[str, Any]]:
+def score_response(row: PromptRow, response: str,
+                   env_configs: dict[str, dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
     """Run one single-turn episode: init the env with the prompt, step with the response.
 
     Returns ``(reward, env_metrics)``.
     """
-    env = make_env(row.env_class, row.extras)
+    env = make_env(row.env_class, row.extras, env_configs)
     try:
         env.init(row.prompt)
         out = env.step(response)

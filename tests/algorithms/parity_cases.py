@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+
 from skyrl_engine import algorithms as alg
 
 HERE = Path(__file__).resolve().parent

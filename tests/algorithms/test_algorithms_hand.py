@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+
 from skyrl_engine import algorithms as alg
 
 
@@ -89,10 +90,12 @@ def test_rloo_leave_one_out():
 
 
 def test_unknown_names_list_the_registered_ones():
-    with pytest.raises(ValueError, match="grpo"):
+    with pytest.raises(ValueError, match="grpo") as err:
         alg.compute_advantages("grpoo", rewards(), MASK, INDEX, cfg())
-    with pytest.raises(ValueError, match="regular"):
+    assert str(err.value).startswith("trainer.algorithm.advantage_estimator: 'grpoo' is not allowed; allowed: grpo")
+    with pytest.raises(ValueError, match="regular") as err:
         alg.compute_policy_loss("regularr", MASK, MASK, MASK, MASK, cfg())
+    assert str(err.value).startswith("trainer.algorithm.policy_loss_type: 'regularr' is not allowed; allowed: regular")
 
 
 def test_registering_a_name_twice_fails_and_a_new_name_works():
@@ -104,12 +107,14 @@ def test_registering_a_name_twice_fails_and_a_new_name_works():
         return -advantages * log_probs, {"clip_ratio": 0.0}
 
     try:
+        assert "test_only_linear" in alg.POLICY_LOSSES and alg.POLICY_LOSSES.get("test_only_linear") is linear
         loss, metrics = alg.compute_policy_loss(
             "test_only_linear", torch.tensor([[-1.0, -2.0]]), torch.zeros(1, 2), torch.ones(1, 2),
             torch.ones(1, 2), cfg())
         close(loss, 1.5)  # (1 + 2) / 2 tokens
     finally:
-        del alg.POLICY_LOSSES["test_only_linear"]
+        alg.POLICY_LOSSES.unregister("test_only_linear")
+    assert "test_only_linear" not in alg.POLICY_LOSSES and "test_only_linear" not in alg.POLICY_LOSSES.names()
 
 
 # Policy-loss fixture: ratios chosen so each clipping case appears once.
@@ -324,17 +329,80 @@ def test_kl_in_reward():
     assert metrics["kl_loss_coef"] == 0.5
 
 
-def test_registries_hold_exactly_the_names_the_config_allows():
-    from skyrl_nb import config
+def test_every_builtin_name_has_a_registered_function_the_config_accepts():
+    from skyrl_core.choices import AdvantageEstimator, PolicyLoss, values
+    from skyrl_core.config import load_config
 
-    assert set(alg.ADVANTAGE_ESTIMATORS) == set(config.ADVANTAGE_ESTIMATORS)
-    assert set(alg.POLICY_LOSSES) == set(config.POLICY_LOSSES)
-    assert set(alg.LOSS_REDUCTIONS) == set(config.LOSS_REDUCTIONS)
-    assert set(alg.KL_ESTIMATORS) == set(config.KL_ESTIMATORS)
+    for registry, choice, key in ((alg.ADVANTAGE_ESTIMATORS, AdvantageEstimator, "advantage_estimator"),
+                                  (alg.POLICY_LOSSES, PolicyLoss, "policy_loss_type")):
+        registered = registry.registered()
+        assert registry.names()[: len(values(choice))] == list(values(choice))  # built-ins first
+        for name in values(choice):
+            assert name in registry and callable(registered.get(name)), name
+            assert registry.get(name) is registered[name]
+            algo = load_config(None, {f"trainer.algorithm.{key}": name}).trainer.algorithm
+            assert getattr(algo, key) == name and type(getattr(algo, key)) is str
+    # each built-in runs when the config names it
+    for name in values(AdvantageEstimator):
+        algo = load_config(None, {"trainer.algorithm.advantage_estimator": name}).trainer.algorithm
+        adv, ret = alg.compute_advantages(algo.advantage_estimator, rewards(), MASK, INDEX, algo,
+                                          values=torch.zeros_like(MASK))
+        assert adv.shape == ret.shape == MASK.shape and torch.isfinite(adv).all(), name
+    for name in values(PolicyLoss):
+        algo = load_config(None, {"trainer.algorithm.policy_loss_type": name}).trainer.algorithm
+        loss, metrics = alg.compute_policy_loss(algo.policy_loss_type, NEW, OLD, ADV, LOSS_MASK, algo)
+        assert loss.dim() == 0 and torch.isfinite(loss) and "clip_ratio" in metrics, name
+
+
+def test_every_closed_choice_is_accepted_by_the_config_and_handled_by_the_functions():
+    from skyrl_core.choices import (
+        KLController,
+        KLEstimator,
+        LossReduction,
+        SequenceMaskMetric,
+        TISRatioType,
+        values,
+    )
+    from skyrl_core.config import ConfigError, load_config
+
+    def algo(key, value):
+        a = load_config(None, {f"trainer.algorithm.{key}": value}).trainer.algorithm
+        for part in key.split(".")[:-1]:
+            a = getattr(a, part)
+        got = getattr(a, key.split(".")[-1])
+        assert got == value and type(got) is str, (key, value)  # use_enum_values: plain strings
+        return load_config(None, {f"trainer.algorithm.{key}": value}).trainer.algorithm
+
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 9.0]])
+    for reduction in values(LossReduction):
+        a = algo("loss_reduction", reduction)
+        assert torch.isfinite(alg.reduce_loss(per_token, LOSS_MASK, a.loss_reduction, max_seq_len=3)), reduction
+    lp, ref = torch.tensor([[-0.5, -1.0, -2.0]]), torch.tensor([[-1.0, -1.0, -0.5]])
+    for estimator in values(KLEstimator):
+        a = algo("kl_estimator_type", estimator)
+        kl = alg.compute_approx_kl(lp, ref, a.kl_estimator_type)
+        assert kl.shape == lp.shape and torch.isfinite(kl).all() and kl[0, 1] == 0, estimator
+        assert torch.isfinite(alg.compute_kl_loss(lp, ref, torch.ones_like(lp), a)), estimator
+    for kind in values(KLController):
+        controller = alg.get_kl_controller(algo("kl_ctrl.type", kind))
+        assert controller.value == pytest.approx(0.001), kind  # starts at kl_loss_coef
+    rollout = OLD - 0.1
+    for ratio_type in values(TISRatioType):
+        a = algo("off_policy_correction.tis_ratio_type", ratio_type)
+        weight, _, metrics = alg.compute_off_policy_correction(OLD, rollout, LOSS_MASK, a)
+        assert weight is not None and torch.isfinite(weight).all() and metrics, ratio_type
+    for metric in values(SequenceMaskMetric):
+        a = algo("off_policy_correction.sequence_mask_metric", metric)
+        _, mask, metrics = alg.compute_off_policy_correction(OLD, rollout, LOSS_MASK, a)
+        assert mask.shape == LOSS_MASK.shape and metrics, metric
+    # and nothing outside the enums
+    for key in ("loss_reduction", "kl_estimator_type", "kl_ctrl.type"):
+        with pytest.raises(ConfigError, match=key.split(".")[-1]):
+            load_config(None, {f"trainer.algorithm.{key}": "nope"})
 
 
 def test_the_real_job_config_drives_the_functions():
-    from skyrl_nb.config import JobConfig
+    from skyrl_core.config import JobConfig
 
     algo = JobConfig().trainer.algorithm
     adv, _ = alg.compute_advantages(algo.advantage_estimator, rewards(), MASK, INDEX, algo)

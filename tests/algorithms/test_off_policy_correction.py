@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from skyrl_engine import algorithms as alg
 
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -117,7 +118,7 @@ def test_token_mask_then_token_tis():
 
 
 def test_the_real_job_config_turns_it_on():
-    from skyrl_nb.config import load_config
+    from skyrl_core.config import load_config
 
     algo = load_config("quickstart", ["trainer.algorithm.off_policy_correction.tis_ratio_type=token"]).trainer.algorithm
     loss, _, metrics = loss_and_grad(algo)
@@ -131,7 +132,7 @@ def test_the_real_job_config_turns_it_on():
     ("token_tis_ratio_clip_high", 0, "token_tis_ratio_clip_high: 0 is not allowed"),
 ])
 def test_config_rejects_bad_values_in_one_line(key, value, expected):
-    from skyrl_nb.config import ConfigError, load_config
+    from skyrl_core.config import ConfigError, load_config
 
     with pytest.raises(ConfigError) as err:
         load_config("quickstart", {f"trainer.algorithm.off_policy_correction.{key}": value})
@@ -140,7 +141,7 @@ def test_config_rejects_bad_values_in_one_line(key, value, expected):
 
 
 def test_config_rejects_an_inverted_band():
-    from skyrl_nb.config import load_config
+    from skyrl_core.config import load_config
 
     cfg_ = load_config("quickstart", ["trainer.algorithm.off_policy_correction.product_mask_low=3"])
     assert cfg_.problems(check_files=False) == [

@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
+from ray_clusters import private_ray_cluster
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A private 3-CPU local Ray cluster (own temp dir, token auth off), stopped afterwards."""
-
-    ray = pytest.importorskip("ray")
-    from skyrl_engine.placement import start_private_ray
-
-    if ray.is_initialized():
-        pytest.skip("another Ray session is connected in this process")
-    temp_dir = start_private_ray(num_cpus=3)
-    yield ray
-    ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    with private_ray_cluster(3) as ray:
+        yield ray
 
 
 @pytest.fixture(scope="session")
 def tiny_policy_dir(tmp_path_factory) -> str:
     """An untrained tiny Qwen2 (hidden 64) with the engine's char tokenizer, as a local HF directory."""
     import torch
-    from skyrl_engine.models import build_char_tokenizer
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from skyrl_engine.models import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     config = Qwen2Config(

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+
 from skyrl_engine.async_pipeline import RolloutPipeline, pipeline_mode, staleness_bound
 
 

@@ -1,14 +1,15 @@
-"""The engine's trainer loop run through the async pipeline (in-process workers, no Ray)."""
+"""The engine's trainer loop run through the async pipeline (every role in this process, no Ray)."""
 
 from __future__ import annotations
 
 import pytest
+
+from skyrl_core.config import load_config
+from skyrl_core.runs import RunReader, RunWriter
 from skyrl_engine.async_pipeline import PipelinedTrainer, staleness_bound
 from skyrl_engine.tasks import load_prompts
-from skyrl_engine.trainer import LocalWorkers, RLTrainer
-
-from skyrl_nb.config import load_config
-from skyrl_nb.runs import RunReader, RunWriter
+from skyrl_engine.trainer import RLTrainer
+from skyrl_engine.workers import Workers
 
 ASYNC_KEYS = ["timing/wait_for_batch", "timing/wait_for_policy", "async/staleness_mean", "async/staleness_max"]
 
@@ -20,11 +21,14 @@ def _trainer(tmp_path, model_dir, *extra):
         "generator.n_samples_per_prompt=4", "trainer.max_training_steps=4", "trainer.eval_interval=4",
         "trainer.eval_batch_size=8", "trainer.eval_before_train=false", "trainer.ckpt_interval=2",
         "trainer.num_threads=1", "generator.sampling_params.max_generate_length=4",
+        "trainer.placement.colocate_all=false",  # async schedules need it; the roles still stay in this process
         *extra,
     ])
+    assert cfg.problems(check_files=False) == []
     train = load_prompts(cfg.data.train_data, "arithmetic")
     val = load_prompts(cfg.data.val_data, "arithmetic")[:8]
-    workers = LocalWorkers(model_dir, cfg, cfg.total_steps(len(train)), num_threads=1)
+    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True)
+    assert not workers.generator.remote and not workers.policy.remote
     return cfg, RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, val)
 
 

@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+
 from skyrl_engine.placement import ClusterResources, Placement, PlacementError, plan_placement
 
 ONE_NODE_3CPU = ClusterResources(total={"CPU": 3.0}, nodes=[{"CPU": 3.0}])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skyrl_nb.config import ConfigError, JobConfig, all_keys, load_config, preset
+from skyrl_core.config import ConfigError, JobConfig, all_keys, load_config, preset
 
 
 def _problems(source="quickstart", overrides=()):

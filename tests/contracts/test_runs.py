@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from skyrl_nb.config import load_config
-from skyrl_nb.runs import RunReader, RunWriter, list_runs, open_run
+from skyrl_core.config import load_config
+from skyrl_core.runs import RunReader, RunWriter, list_runs, open_run
 
 
 def _rows(step, n=4):

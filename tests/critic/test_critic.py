@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import torch
+
+from skyrl_core.config import load_config
+from skyrl_core.runs import RunReader, RunWriter
 from skyrl_engine import algorithms
 from skyrl_engine.critic import CriticWorker
 from skyrl_engine.policy import TrainBatch
 from skyrl_engine.tasks import load_prompts
-from skyrl_engine.trainer import LocalWorkers, RLTrainer
-
-from skyrl_nb.config import load_config
-from skyrl_nb.runs import RunReader, RunWriter
+from skyrl_engine.trainer import RLTrainer
+from skyrl_engine.workers import Workers
 
 CRITIC_KEYS = ["critic/critic_loss", "critic/values_mean", "critic/values_clipfrac", "critic/grad_norm",
                "critic/critic_lr", "timing/critic_train"]
@@ -32,7 +33,7 @@ def _cfg(tmp_path, model_dir, run_id="gae", *extra):
 
 def _trainer(cfg, model_dir):
     train = load_prompts(cfg.data.train_data, "arithmetic")
-    workers = LocalWorkers(model_dir, cfg, cfg.total_steps(len(train)), num_threads=1)
+    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True)
     return RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, []), workers
 
 
@@ -51,7 +52,7 @@ def _fixed_batch(vocab: int, seed: int = 0) -> TrainBatch:
 
 def test_value_loss_decreases_on_a_fixed_batch(tmp_path, tiny_model_dir):
     cfg = _cfg(tmp_path, tiny_model_dir, "gae", "trainer.critic_mini_batch_size=2", "trainer.train_batch_size=2")
-    critic = CriticWorker(tiny_model_dir, cfg, total_steps=40, num_threads=1)
+    critic = CriticWorker(tiny_model_dir, cfg.trainer, total_steps=40, num_threads=1)
     batch = _fixed_batch(critic.model.body.config.vocab_size)
     mask_BT = batch.response_mask_BT.float()
 
@@ -71,12 +72,12 @@ def test_value_loss_decreases_on_a_fixed_batch(tmp_path, tiny_model_dir):
 def test_a_gae_step_trains_critic_and_policy_and_checkpoints_both(tmp_path, tiny_model_dir):
     cfg = _cfg(tmp_path, tiny_model_dir)
     trainer, workers = _trainer(cfg, tiny_model_dir)
-    critic_before = {k: v.clone() for k, v in workers.critic.model.state_dict().items()}
+    critic_before = {k: v.clone() for k, v in workers.critic.worker.model.state_dict().items()}
     metrics = trainer.train_one_step(1)
     for key in CRITIC_KEYS:
         assert key in metrics, key
     assert metrics["critic/critic_loss"] > 0 and 0 <= metrics["critic/values_clipfrac"] <= 1
-    after = workers.critic.model.state_dict()
+    after = workers.critic.worker.model.state_dict()
     assert any(not torch.equal(critic_before[k], after[k]) for k in after)
     (row,) = RunReader(cfg.run_dir).metrics()
     assert row["critic/critic_loss"] == metrics["critic/critic_loss"]

@@ -1,35 +1,35 @@
-"""DAPO's sampling wrapper: overlong filtering, soft penalty, dynamic sampling (filter and replace).
+"""DAPO's sampling step: overlong filtering, soft penalty, dynamic sampling (filter and replace).
 
-The fake workers hand out rollouts with chosen rewards, so every branch is checked exactly; one test
-runs a real in-process training step through the trainer and reads the Parquet part back.
+A fake generator hands out rollouts with chosen rewards, so every branch of ``DynamicSampler`` is checked
+exactly; one test runs a real in-process training step through the trainer and reads the Parquet part back.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+
+from skyrl_core.config import load_config
+from skyrl_core.runs import RunReader, RunWriter
 from skyrl_engine.dapo import (
-    DapoWorkers,
+    DynamicSampler,
     concat,
     select,
     soft_overlong_penalty,
-    wrap_workers,
     zero_variance_groups,
 )
 from skyrl_engine.generator import GeneratorOutput
 from skyrl_engine.sampler import SampleBatch, SamplingParams
 from skyrl_engine.tasks import PromptRow, load_prompts
-from skyrl_engine.trainer import LocalWorkers, RLTrainer, build_train_batch, trajectory_rows
-
-from skyrl_nb.config import load_config
-from skyrl_nb.runs import RunReader, RunWriter
+from skyrl_engine.trainer import RLTrainer, build_train_batch, trajectory_rows
+from skyrl_engine.workers import Workers
 
 
 def _rows(k: int) -> list[PromptRow]:
     return [PromptRow([{"role": "user", "content": f"q{i}"}], "arithmetic", "arith", str(i)) for i in range(k)]
 
 
-class FakeWorkers:
+class FakeGenerator:
     """Each generate() call returns the next reward table: one list of n rewards per prompt."""
 
     def __init__(self, tables, lengths=None, finish=None):
@@ -56,8 +56,6 @@ class FakeWorkers:
             env_classes=["arithmetic"] * B, data_sources=["arith"] * B, env_metrics=[{}] * B, group_size=n,
         )
 
-    def evaluate(self, *a):
-        return {"eval/all/avg_score": 0.0}
 
 
 def _cfg(*extra):
@@ -68,6 +66,12 @@ def _cfg(*extra):
 PARAMS = SamplingParams(max_generate_length=4)
 
 
+def _sampler(cfg, train_rows) -> DynamicSampler:
+    sampler = DynamicSampler.from_config(cfg, train_rows)
+    assert isinstance(sampler, DynamicSampler)
+    return sampler
+
+
 def test_soft_penalty_matches_skyrl_formula():
     assert soft_overlong_penalty([1.0] * 5, [1, 2, 3, 4, 5], max_len=4, buffer_len=2, penalty_factor=1.0) == [1.0, 1.0, 0.5, 0.0, 0.0]
     assert soft_overlong_penalty([1.0], [4], 4, 0, 1.0) == [1.0]
@@ -75,13 +79,13 @@ def test_soft_penalty_matches_skyrl_formula():
 
 
 def test_filter_resamples_until_the_batch_is_full_and_records_drops():
-    fake = FakeWorkers([
+    fake = FakeGenerator([
         [[1, 1], [0, 1], [0, 0], [1, 0]],      # 2 kept, 2 flat
         [[1, 1], [1, 1], [0, 0], [0, 0]],      # 0 kept
         [[0, 1], [1, 0], [1, 0], [1, 1]],      # 3 kept -> 5, one surplus
     ])
-    w = DapoWorkers(fake, _cfg("trainer.algorithm.overlong_buffer.len=0", "generator.apply_overlong_filtering=false"), _rows(32))
-    out = w.generate(_rows(4), 2, PARAMS, seed=11)
+    cfg = _cfg("trainer.algorithm.overlong_buffer.len=0", "generator.apply_overlong_filtering=false")
+    out = _sampler(cfg, _rows(32)).sample(fake.generate, _rows(4), 2, PARAMS, seed=11)
     assert len(fake.calls) == 3 and len({s for _, s in fake.calls}) == 3
     assert len(set(out.group_ids_B)) == 4 and len(out.rewards_B) == 8
     assert zero_variance_groups(out.rewards_B, out.group_ids_B) == []
@@ -93,23 +97,24 @@ def test_filter_resamples_until_the_batch_is_full_and_records_drops():
     assert reasons.count("zero_variance") == 14 and reasons.count("surplus") == 2
     # group ids stay unique across sample batches; stored rows keep one schema
     assert not set(out.group_ids_B) & set(out.discarded.group_ids_B)
-    batch, adv = build_train_batch(out, w.cfg.trainer.algorithm)
+    batch, adv = build_train_batch(out, cfg.trainer.algorithm)
     rows = trajectory_rows(3, out, adv, store_token_data=True)
     assert len(rows) == 24 and sum(r["discarded_reason"] is None for r in rows) == 8
     assert len({tuple(sorted(r)) for r in rows}) == 1
 
 
 def test_filter_gives_up_after_max_sample_batches():
-    fake = FakeWorkers([[[1, 1], [0, 0], [1, 0], [1, 1]]] * 2)
-    w = DapoWorkers(fake, _cfg("trainer.algorithm.dynamic_sampling.max_sample_batches=2"), _rows(32))
-    out = w.generate(_rows(4), 2, PARAMS, seed=1)
+    fake = FakeGenerator([[[1, 1], [0, 0], [1, 0], [1, 1]]] * 2)
+    sampler = _sampler(_cfg("trainer.algorithm.dynamic_sampling.max_sample_batches=2"), _rows(32))
+    out = sampler.sample(fake.generate, _rows(4), 2, PARAMS, seed=1)
     assert out.metrics["dynamic_sampling/exhausted"] == 1 and out.metrics["dynamic_sampling/groups_kept"] == 2
 
 
 def test_replace_copies_varying_groups_over_flat_ones():
-    fake = FakeWorkers([[[1, 1], [0, 1], [0, 0], [1, 0]]])
-    w = DapoWorkers(fake, _cfg("trainer.algorithm.dynamic_sampling.type=replace", "trainer.algorithm.overlong_buffer.len=0"), _rows(8))
-    out = w.generate(_rows(4), 2, PARAMS, seed=5)
+    fake = FakeGenerator([[[1, 1], [0, 1], [0, 0], [1, 0]]])
+    sampler = _sampler(_cfg("trainer.algorithm.dynamic_sampling.type=replace", "trainer.algorithm.overlong_buffer.len=0"),
+                       _rows(8))
+    out = sampler.sample(fake.generate, _rows(4), 2, PARAMS, seed=5)
     assert len(fake.calls) == 1 and len(out.rewards_B) == 8
     assert sorted(set(out.group_ids_B)) == [1, 3]  # copies keep their source's id (one bigger group, as SkyRL)
     assert out.metrics["dynamic_sampling/groups_replaced"] == 2
@@ -117,18 +122,18 @@ def test_replace_copies_varying_groups_over_flat_ones():
 
 
 def test_replace_resamples_when_too_few_groups_vary():
-    fake = FakeWorkers([[[1, 1], [0, 0], [0, 0], [1, 0]], [[1, 0], [0, 1], [0, 0], [1, 0]]])
-    w = DapoWorkers(fake, _cfg("trainer.algorithm.dynamic_sampling.type=replace",
-                               "trainer.algorithm.dynamic_sampling.min_replace_ratio=0.5"), _rows(8))
-    out = w.generate(_rows(4), 2, PARAMS, seed=5)
+    fake = FakeGenerator([[[1, 1], [0, 0], [0, 0], [1, 0]], [[1, 0], [0, 1], [0, 0], [1, 0]]])
+    sampler = _sampler(_cfg("trainer.algorithm.dynamic_sampling.type=replace",
+                            "trainer.algorithm.dynamic_sampling.min_replace_ratio=0.5"), _rows(8))
+    out = sampler.sample(fake.generate, _rows(4), 2, PARAMS, seed=5)
     assert len(fake.calls) == 2 and out.metrics["dynamic_sampling/groups_replaced"] == 1
 
 
 def test_overlong_filtering_masks_truncated_samples_and_penalty_lowers_rewards():
-    fake = FakeWorkers([[[1, 1], [1, 0], [1, 1], [0, 1]]], lengths=[1, 4, 2, 3, 4, 4, 1, 1],
+    fake = FakeGenerator([[[1, 1], [1, 0], [1, 1], [0, 1]]], lengths=[1, 4, 2, 3, 4, 4, 1, 1],
                        finish=["stop", "length", "stop", "stop", "length", "stop", "stop", "stop"])
     cfg = _cfg("trainer.algorithm.dynamic_sampling.type=null", "trainer.algorithm.overlong_buffer.len=2")
-    out = DapoWorkers(fake, cfg, _rows(8)).generate(_rows(4), 2, PARAMS, seed=0)
+    out = _sampler(cfg, _rows(8)).sample(fake.generate, _rows(4), 2, PARAMS, seed=0)
     assert out.rewards_B == [1.0, 0.0, 1.0, -0.5, 0.0, 0.0, 0.0, 1.0]
     assert out.loss_mask_BT.sum(-1).tolist() == [1, 0, 2, 3, 0, 4, 1, 1]
     assert [c.get("discarded_reason") for c in out.sample_columns] == [
@@ -139,7 +144,7 @@ def test_overlong_filtering_masks_truncated_samples_and_penalty_lowers_rewards()
 
 
 def test_select_and_concat_repad():
-    fake = FakeWorkers([[[1, 0]], [[0, 1], [1, 1]]])
+    fake = FakeGenerator([[[1, 0]], [[0, 1], [1, 1]]])
     a = fake.generate(_rows(1), 2, PARAMS, 0)
     b = fake.generate(_rows(2), 2, SamplingParams(max_generate_length=6), 0)
     both = concat([a, select(b, [3, 0])])
@@ -147,11 +152,18 @@ def test_select_and_concat_repad():
     assert both.samples.prompt_mask_BP[:2, 0].tolist() == [0, 0] and both.rewards_B == [1.0, 0.0, 1.0, 0.0]
 
 
-def test_wrap_only_when_configured():
-    fake = FakeWorkers([])
-    assert wrap_workers(fake, load_config("quickstart"), []) is fake
-    assert isinstance(wrap_workers(fake, _cfg(), []), DapoWorkers)
-    assert "DapoWorkers(dynamic_sampling='filter'" in repr(wrap_workers(fake, _cfg(), []))
+def test_dynamic_sampler_only_when_configured():
+    assert DynamicSampler.from_config(load_config("quickstart"), []) is None
+    assert isinstance(DynamicSampler.from_config(_cfg(), []), DynamicSampler)
+    assert "DynamicSampler(dynamic_sampling='filter'" in repr(DynamicSampler.from_config(_cfg(), []))
+    # each DAPO feature alone switches it on
+    for extra in ("trainer.algorithm.dynamic_sampling.type=filter", "generator.apply_overlong_filtering=true",
+                  "trainer.algorithm.overlong_buffer.len=2"):
+        assert isinstance(DynamicSampler.from_config(load_config("quickstart", [extra]), []), DynamicSampler), extra
+    # built from the config's sections directly, the same sampler
+    a = _cfg().trainer.algorithm
+    direct = DynamicSampler(a.dynamic_sampling, a.overlong_buffer, _cfg().generator.apply_overlong_filtering, [])
+    assert repr(direct) == repr(DynamicSampler.from_config(_cfg(), []))
 
 
 def test_dapo_step_through_the_trainer_writes_drops_to_the_run_store(tmp_path, tiny_model_dir):
@@ -160,9 +172,9 @@ def test_dapo_step_through_the_trainer_writes_drops_to_the_run_store(tmp_path, t
                "trainer.num_threads=1", "generator.n_samples_per_prompt=4", "trainer.micro_train_batch_size_per_gpu=16",
                "generator.sampling_params.max_generate_length=4")
     train = load_prompts(cfg.data.train_data, "arithmetic")[:64]
-    workers = LocalWorkers(tiny_model_dir, cfg, 1, num_threads=1)
+    workers = Workers.create(cfg, tiny_model_dir, 1, in_process=True)
     trainer = RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, [])
-    assert isinstance(trainer.workers, DapoWorkers)
+    assert isinstance(trainer.dapo, DynamicSampler) and trainer.workers is workers
     metrics = trainer.train_one_step(1)
     for key in ("dynamic_sampling/groups_filtered", "dynamic_sampling/sample_batches", "generate/overlong_filtered",
                 "reward/avg_raw_reward", "policy/policy_loss"):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from engine_runs import finish, start_train
+
 from skyrl_engine.__main__ import main
 
 SMALL = [

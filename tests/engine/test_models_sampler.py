@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from skyrl_engine.models import (
     TinyModelSpec,
     build_char_tokenizer,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from skyrl_engine.tasks import (
     PromptLoader,
     arithmetic_rows,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import torch
+
+from skyrl_core.config import load_config
+from skyrl_core.runs import RunReader, RunWriter
 from skyrl_engine import checkpoint
 from skyrl_engine.tasks import load_prompts
-from skyrl_engine.trainer import LocalWorkers, RLTrainer
-
-from skyrl_nb.config import load_config
-from skyrl_nb.runs import RunReader, RunWriter
+from skyrl_engine.trainer import RLTrainer
+from skyrl_engine.workers import Workers
 
 STEP_KEYS = [
     "reward/avg_raw_reward", "reward/std_raw_reward", "reward/avg_pass_at_4", "generate/avg_num_tokens",
@@ -36,19 +37,19 @@ def _cfg(tmp_path, model_dir, *extra):
 def _trainer(cfg, model_dir):
     train = load_prompts(cfg.data.train_data, "arithmetic")
     val = load_prompts(cfg.data.val_data, "arithmetic")[:16]
-    workers = LocalWorkers(model_dir, cfg, cfg.total_steps(len(train)), num_threads=1)
+    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True)
     return RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, val), workers
 
 
 def test_one_step_changes_weights_and_writes_the_run_store(tmp_path, tiny_model_dir):
     cfg = _cfg(tmp_path, tiny_model_dir, "trainer.algorithm.use_kl_loss=true", "trainer.algorithm.use_entropy_loss=true")
     trainer, workers = _trainer(cfg, tiny_model_dir)
-    before = {k: v.clone() for k, v in workers.policy.model.state_dict().items()}
+    before = {k: v.clone() for k, v in workers.policy.worker.model.state_dict().items()}
     metrics = trainer.train_one_step(1)
-    after = workers.policy.model.state_dict()
+    after = workers.policy.worker.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     # the generator got the new weights
-    gen = workers.generator.model.state_dict()
+    gen = workers.generator.worker.backend.model.state_dict()
     assert all(torch.equal(gen[k], after[k]) for k in after)
     for key in STEP_KEYS:
         assert key in metrics, key

@@ -36,6 +36,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from skyrl_engine.retriever import send_json  # one JSON reply for http.server handlers, the retriever's
+
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
@@ -400,12 +402,7 @@ def _make_handler(fake: FakeKubernetes) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _send(self, code: int, obj: Any) -> None:
-            raw = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            send_json(self, code, obj)
 
         def _auth(self) -> bool:
             auth = self.headers.get("Authorization", "")
@@ -595,12 +592,7 @@ class FakeRayDashboard:
                     code, obj = 200, []
                 else:
                     code, obj = 404, {"error": "not found"}
-                raw = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                send_json(self, code, obj)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -56,7 +56,7 @@ def test_boto3_to_eks_to_ray_cluster(fake_k8s: Any, boto_session: Any) -> None:
     tokens = rc.kube._token
     before = len(set(fake_k8s.bearers))
     later = tokens.expires_at - 30  # inside the last minute of validity
-    tokens._clock = lambda: later
+    tokens.clock = lambda: later
     time.sleep(1.05)  # SigV4 dates have 1 s resolution: a re-sign within the same second is byte-identical
     rc.status()
     after = len(set(fake_k8s.bearers))  # counts only: assertion messages must not print tokens

@@ -84,9 +84,8 @@ def test_execution_role_through_sts(in_studio: Path, boto_session: Any) -> None:
 
 
 def test_panel_drives_the_cluster(fake_k8s: Any, kube: Any) -> None:
-    from skyrl_widgets.cluster_panel import ClusterPanel
-
     from skyrl_nb.cluster.hyperpod import HyperPodInfo, WorkerGroup, hyperpod
+    from skyrl_widgets.cluster_panel import ClusterPanel
 
     info = HyperPodInfo(name="hp", arn="arn", status="InService", eks_cluster_arn="arn:aws:eks:r:1:cluster/hp-eks",
                         region="us-west-2",

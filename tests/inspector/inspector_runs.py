@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from skyrl_nb.runs import RunWriter
+from skyrl_core.runs import RunWriter
 
 PROMPTS = ["What is 2 + 3?", "Spell 'cat' backwards.", "Name a prime above 10.", "Solve x + 1 = 4."]
 

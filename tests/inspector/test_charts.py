@@ -6,9 +6,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from skyrl_widgets.charts import MAX_POINTS, MetricChart, make_charts, reward_series, update_charts
-
 from skyrl_nb.dashboard import RunSeries
+from skyrl_widgets.charts import MAX_POINTS, MetricChart, make_charts, reward_series, update_charts
 
 STATIC = Path(__file__).resolve().parents[2] / "widgets" / "skyrl_widgets" / "static"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from inspector_runs import write_run
 
+from skyrl_core.runs import RunReader
 from skyrl_nb.compare import RunComparison, compare
-from skyrl_nb.runs import RunReader
 
 
 def test_compare_overlays_runs(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from inspector_runs import write_run, write_step
+
 from skyrl_widgets.inspector_data import PartIndex, TrajectoryData
 
 

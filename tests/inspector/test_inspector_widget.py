@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from inspector_runs import write_run, write_step
-from skyrl_widgets.inspector import TrajectoryInspector, run_reader
 
-from skyrl_nb.runs import RunReader
+from skyrl_core.runs import RunReader
+from skyrl_widgets.inspector import TrajectoryInspector, run_reader
 
 STATIC = Path(__file__).resolve().parents[2] / "widgets" / "skyrl_widgets" / "static"
 
@@ -91,7 +91,7 @@ def test_auto_refresh_thread_picks_up_parts_and_stops(tmp_path):
 
 
 def test_empty_run_then_first_part(tmp_path):
-    from skyrl_nb.runs import RunWriter
+    from skyrl_core.runs import RunWriter
 
     writer = RunWriter(tmp_path / "new")
     writer.set_status("pending")

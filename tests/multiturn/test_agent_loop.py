@@ -7,9 +7,20 @@ import json
 
 import pytest
 import torch
-from skyrl_engine.multiturn import MultiTurnGeneratorWorker, env_configs_from_environ, generator_worker_class
+
+from skyrl_core.config import load_config
+from skyrl_engine.generator import GeneratorWorker, SingleTurnLoop
+from skyrl_engine.multiturn import MultiTurnLoop
 from skyrl_engine.sampler import SamplingParams
-from skyrl_engine.tasks import PromptRow, load_prompts
+from skyrl_engine.tasks import PromptRow, env_configs_from_environ, load_prompts
+
+
+def _worker(model_dir: str, max_turns: int, env_configs=None) -> GeneratorWorker:
+    """The generator role with the agent loop (``generator.max_turns > 1``), in this process."""
+    generator = load_config("quickstart", [f"generator.max_turns={max_turns}"]).generator
+    worker = GeneratorWorker(model_dir, generator, num_threads=1, env_configs=env_configs)
+    assert isinstance(worker.loop, MultiTurnLoop) and worker.loop.max_turns == max_turns
+    return worker
 
 
 def _gsm8k_rows(k: int) -> list[PromptRow]:
@@ -40,22 +51,21 @@ def _check_spans(worker, out):
 
 
 def test_gsm8k_multi_turn_episodes_mask_observations(tiny_model_dir):
-    worker = MultiTurnGeneratorWorker(tiny_model_dir, num_threads=1, max_turns=3)
+    worker = _worker(tiny_model_dir, 3)
     out = worker.generate(_gsm8k_rows(2), 3, SamplingParams(max_generate_length=6), seed=0)
     assert len(out.rewards_B) == 6
     assert out.metrics["generate/avg_num_turns"] > 1 and out.metrics["generate/max_num_turns"] <= 3
     assert "reward/turn_1/avg_reward" in out.metrics and out.metrics["generate/avg_env_tokens"] > 0
     _check_spans(worker, out)
     # the observation is rendered as the chat template continues a conversation
-    obs = worker.observation_ids([{"role": "user", "content": "hi"}])
+    obs = worker.loop.observation_ids([{"role": "user", "content": "hi"}])
     assert worker.tokenizer.decode(obs, skip_special_tokens=False) == "<|user|>hi<|im_end|><|assistant|>"
 
 
 def test_text2sql_episodes_run_sql_against_the_spider_layout(tiny_model_dir, text2sql_data):
     rows = load_prompts([text2sql_data["train"]], "text2sql")[:3]
     assert rows[0].extras["db_id"] in ("concert", "pets") and rows[0].extras["data"] == "spider"
-    worker = MultiTurnGeneratorWorker(tiny_model_dir, num_threads=1, max_turns=2,
-                                      env_configs={"text2sql": {"db_path": text2sql_data["db_path"]}})
+    worker = _worker(tiny_model_dir, 2, env_configs={"text2sql": {"db_path": text2sql_data["db_path"]}})
     out = worker.generate(rows, 2, SamplingParams(max_generate_length=8), seed=1)
     _check_spans(worker, out)
     turns = [json.loads(c["turns"]) for c in out.sample_columns]
@@ -63,36 +73,36 @@ def test_text2sql_episodes_run_sql_against_the_spider_layout(tiny_model_dir, tex
     assert any("<observation>" in t["content"] for ts in turns for t in ts if t["role"] == "user")
     assert set(out.rewards_B) <= {-1.0, 0.0, 1.0}
     # the env counts down the loop's budget (skyrl-gym's text2sql would say 5 turns), unless the row says
-    assert worker._start(rows[0]).env.max_turns == 2
+    assert worker.loop._start(rows[0]).env.max_turns == 2
     own = dataclasses.replace(rows[0], extras={**rows[0].extras, "max_turns": 4})
-    assert worker._start(own).env.max_turns == 4
+    assert worker.loop._start(own).env.max_turns == 4
 
 
-def test_worker_class_follows_max_turns(monkeypatch):
-    from skyrl_engine.generator import GeneratorWorker
-
-    from skyrl_nb.config import load_config
-
-    assert generator_worker_class(load_config("quickstart")) is GeneratorWorker
-    assert generator_worker_class(load_config("quickstart", ["generator.max_turns=3"])) is MultiTurnGeneratorWorker
+def test_rollout_loop_follows_max_turns(tiny_model_dir, monkeypatch):
+    single = GeneratorWorker(tiny_model_dir, load_config("quickstart").generator, num_threads=1)
+    assert type(single.loop) is SingleTurnLoop
+    multi = GeneratorWorker(tiny_model_dir, load_config("quickstart", ["generator.max_turns=3"]).generator, num_threads=1)
+    assert isinstance(multi.loop, MultiTurnLoop) and multi.loop.max_turns == 3
+    assert multi.loop.backend is multi.backend and multi.loop.tokenizer is multi.tokenizer
     monkeypatch.setenv("SKYRL_NB_SEARCH_URL", "http://127.0.0.1:9/retrieve")
     assert env_configs_from_environ() == {"search": {"search_url": "http://127.0.0.1:9/retrieve"}}
 
 
 def test_builtin_text2sql_task_is_skyrl_format_and_scores_with_the_env():
     from skyrl_engine.models import warm_start_answer
-    from skyrl_engine.multiturn import env_config_for
-    from skyrl_engine.tasks import make_env
+    from skyrl_engine.tasks import env_config_for, make_env
+    from skyrl_engine.text2sql_data import builtin_db_root
 
     rows = load_prompts(["builtin://text2sql/test"])
     assert len(rows) == 16 and {r.env_class for r in rows} == {"text2sql"}
     row = rows[0]
     assert warm_start_answer(row).startswith("<think>") and row.ground_truth.startswith("SELECT")
-    env = make_env("text2sql", row.extras, env_config_for("text2sql", {}))  # the built-in databases in the cache
+    assert env_config_for("text2sql", {}).db_path == builtin_db_root()  # the built-in databases in the cache
+    env = make_env("text2sql", row.extras, {})
     env.init(row.prompt)
     out = env.step(f"<think>ok</think><solution>{row.ground_truth}</solution>")
     assert out["done"] and out["reward"] == 1.0
-    env = make_env("text2sql", row.extras, env_config_for("text2sql", {}))
+    env = make_env("text2sql", row.extras, {})
     env.init(row.prompt)
     out = env.step(f"<think>look</think><sql>{row.ground_truth}</sql>")
     assert not out["done"] and "<observation>" in out["observations"][0]["content"]
@@ -102,8 +112,7 @@ def test_search_episode_queries_the_retriever_and_stores_its_answer(tiny_model_d
     """A scripted policy (search, then answer) through the real loop, env, tool and HTTP retriever."""
     import skyrl_engine.sampler as sampler_module
 
-    worker = MultiTurnGeneratorWorker(tiny_model_dir, num_threads=1, max_turns=3,
-                                      env_configs={"search": {"search_url": retriever.url, "timeout": 5}})
+    worker = _worker(tiny_model_dir, 3, env_configs={"search": {"search_url": retriever.url, "timeout": 5}})
     real_sample = sampler_module.sample
     script = ["<search>capital of France</search>", "<answer>Paris</answer>"]
 

@@ -5,20 +5,21 @@ from __future__ import annotations
 import json
 
 import pytest
-from skyrl_engine.multiturn import MultiTurnGeneratorWorker
-from skyrl_engine.tasks import load_prompts, write_rows
-from skyrl_engine.trainer import LocalWorkers, RLTrainer
 
-from skyrl_nb.config import load_config
-from skyrl_nb.runs import RunReader, RunWriter
+from skyrl_core.config import load_config
+from skyrl_core.runs import RunReader, RunWriter
+from skyrl_engine.multiturn import MultiTurnLoop
+from skyrl_engine.tasks import load_prompts, write_rows
+from skyrl_engine.trainer import RLTrainer
+from skyrl_engine.workers import Workers
 
 
 def _run(cfg, model_dir, env_configs):
     train = load_prompts(cfg.data.train_data, cfg.environment.env_class)
     val = load_prompts(cfg.data.val_data, cfg.environment.env_class) if cfg.data.val_data else []
-    workers = LocalWorkers(model_dir, cfg, cfg.total_steps(len(train)), num_threads=1)
-    assert isinstance(workers.generator, MultiTurnGeneratorWorker)
-    workers.generator.env_configs = env_configs
+    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True, env_configs=env_configs)
+    loop = workers.generator.worker.loop
+    assert isinstance(loop, MultiTurnLoop) and loop.env_configs == env_configs
     RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, val).train()
     return RunReader(cfg.run_dir)
 

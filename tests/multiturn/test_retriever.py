@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import requests
+
 from skyrl_engine.retriever import BM25, RetrieverServer
 
 

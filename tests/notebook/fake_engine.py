@@ -12,8 +12,8 @@ import signal
 import sys
 import time
 
-from skyrl_nb.config import load_config
-from skyrl_nb.runs import RunWriter
+from skyrl_core.config import load_config
+from skyrl_core.runs import RunWriter
 
 
 def main(argv: list[str]) -> int:

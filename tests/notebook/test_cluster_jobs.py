@@ -72,7 +72,7 @@ def test_launch_wait_logs_run(ray_cluster: Any, tmp_path: Path) -> None:
     assert ray_cluster.job("jobs-ok").submission_id == "jobs-ok"
     html = job._repr_html_()
     assert "succeeded" in html and ray_cluster._token not in html
-    from skyrl_nb.runs import list_runs
+    from skyrl_core.runs import list_runs
 
     (summary,) = list_runs(tmp_path)
     assert summary.run_id == "jobs-ok" and summary.step == 6 and summary.last_reward is not None

@@ -12,7 +12,7 @@ import pytest
 
 
 def write_run(run_dir: Path, steps: int, *, state: str = "succeeded", wait_s: bool = False) -> Any:
-    from skyrl_nb.runs import RunWriter
+    from skyrl_core.runs import RunWriter
 
     w = RunWriter(run_dir)
     w.set_status("running", step=0, total_steps=steps)
@@ -95,8 +95,8 @@ def test_on_step_click_gets_the_step(tmp_path: Path) -> None:
 
 
 def test_follow_thread_sees_rows_as_they_come(tmp_path: Path) -> None:
+    from skyrl_core.runs import RunWriter
     from skyrl_nb.dashboard import Dashboard
-    from skyrl_nb.runs import RunWriter
 
     w = RunWriter(tmp_path / "live")
     w.set_status("running", step=0, total_steps=6)
@@ -132,14 +132,16 @@ def test_resumed_rows_replace_later_steps() -> None:
 
 
 def test_widget_frontend_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyrl_core.frontend import widget_frontend
     from skyrl_nb import dashboard
 
+    assert dashboard.widget_frontend is widget_frontend  # one detection, for the dashboard and the inspector
     monkeypatch.setenv("SKYRL_NB_STATIC", "1")
-    assert dashboard.widget_frontend() is False
+    assert widget_frontend() is False
     monkeypatch.setenv("SKYRL_NB_STATIC", "0")
-    assert dashboard.widget_frontend() is True
+    assert widget_frontend() is True
     monkeypatch.delenv("SKYRL_NB_STATIC")
-    assert dashboard.widget_frontend() is False  # no kernel in pytest
+    assert widget_frontend() is False  # no kernel in pytest
 
 
 def test_eta_and_format() -> None:

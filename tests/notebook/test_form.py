@@ -8,7 +8,7 @@ from typing import Any
 
 def test_form_starts_valid_and_round_trips(tmp_path: Path) -> None:
     import skyrl_nb
-    from skyrl_nb.config import load_config
+    from skyrl_core.config import load_config
 
     form = skyrl_nb.configure("quickstart", overrides=[f"run.run_root={tmp_path}"])
     assert form.problems == [] and form.config is not None

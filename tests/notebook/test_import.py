@@ -49,3 +49,14 @@ def test_cluster_local_is_callable_however_imported() -> None:
             " assert c.local.LocalCluster is m.LocalCluster; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+def test_old_module_names_are_the_contract_modules() -> None:
+    # notebooks written before the contracts moved to skyrl_core keep working, with the same objects
+    code = ("import skyrl_core.config, skyrl_core.runs, skyrl_nb.config, skyrl_nb.runs, skyrl_nb;"
+            " from skyrl_nb.config import load_config; from skyrl_nb.runs import RunReader;"
+            " assert skyrl_nb.config is skyrl_core.config and skyrl_nb.runs is skyrl_core.runs;"
+            " assert load_config is skyrl_core.config.load_config and RunReader is skyrl_core.runs.RunReader;"
+            " assert skyrl_nb.JobConfig is skyrl_core.config.JobConfig; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"

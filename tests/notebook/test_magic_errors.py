@@ -102,7 +102,7 @@ def test_good_launch_reaches_the_spy(guarded: Any, spy_cluster: Any, tmp_path: P
     assert sub["submission_id"] == "good" and job.run_id == "good"
     assert "-m fake_engine train --config" in sub["entrypoint"] or "-m skyrl_engine train --config" in sub["entrypoint"]
     staged = Path(sub["entrypoint"].rsplit(" ", 1)[1])
-    from skyrl_nb.config import load_config
+    from skyrl_core.config import load_config
 
     cfg = load_config(str(staged))
     assert cfg.trainer.seed == 7 and cfg.trainer.max_training_steps == 3

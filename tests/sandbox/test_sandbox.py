@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from skyrl_engine.sandbox import REASONS, extract_code, run_code, score_code
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ray_clusters import private_ray_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 # A cold build of the env on 2 cores (scripts/make_vllm_env.sh, pip --no-compile) took 239 s at load
@@ -56,8 +57,9 @@ def logprob_atol() -> float:
 def tiny_model_dirs(tmp_path_factory) -> tuple[str, str]:
     """Two tiny Qwen2 models (same shape, different random init) with the engine's char tokenizer."""
     import torch
-    from skyrl_engine.models import build_char_tokenizer
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from skyrl_engine.models import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     dirs = []
@@ -89,14 +91,5 @@ def tiny_model_dirs(tmp_path_factory) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A private 2-CPU local Ray cluster (own temp dir, token auth off), stopped afterwards."""
-    import shutil
-
-    ray = pytest.importorskip("ray")
-    from skyrl_engine.placement import start_private_ray
-
-    if ray.is_initialized():
-        pytest.skip("another Ray session is connected in this process")
-    temp_dir = start_private_ray(num_cpus=2)
-    yield ray
-    ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    with private_ray_cluster(2) as ray:
+        yield ray

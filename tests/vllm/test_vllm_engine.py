@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow
 def hf_logprobs(model_dir_or_state: str | dict, model_dir: str, prompts, responses, temperature: float):
     """Log-probs of each response token under softmax(logits / temperature), by a plain HF forward."""
     import torch
+
     from skyrl_engine.models import load_model
 
     model = load_model(model_dir)
@@ -38,6 +39,7 @@ def max_gap(a, b) -> float:
 
 def test_sample_then_sync_weights(vllm_python, tiny_model_dirs, ray_cluster, logprob_atol) -> None:
     import torch
+
     from skyrl_engine.models import build_char_tokenizer
     from skyrl_engine.vllm_engine import Completions, Generator, SamplingParams, VLLMGenerator
 

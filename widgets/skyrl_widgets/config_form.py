@@ -11,42 +11,43 @@ import html
 from collections.abc import Callable
 from typing import Any
 
-# (dotted key, label, kind, choices) grouped in sections; kind: text | list | int | float | bool | choice
-FIELDS: list[tuple[str, list[tuple[str, str, str, tuple[str, ...]]]]] = [
-    ("Model and data", [
-        ("trainer.policy.model.path", "model", "text", ()),
-        ("environment.env_class", "environment", "text", ()),
-        ("data.train_data", "train data", "list", ()),
-        ("data.val_data", "eval data", "list", ()),
-    ]),
-    ("Algorithm", [
-        ("trainer.algorithm.advantage_estimator", "advantage", "choice", ()),
-        ("trainer.algorithm.policy_loss_type", "policy loss", "choice", ()),
-        ("generator.n_samples_per_prompt", "group size", "int", ()),
-        ("trainer.policy.optimizer_config.lr", "learning rate", "float", ()),
-        ("trainer.algorithm.use_kl_loss", "KL loss", "bool", ()),
-        ("trainer.algorithm.kl_loss_coef", "KL coef", "float", ()),
-    ]),
-    ("Batches and steps", [
-        ("trainer.train_batch_size", "prompts / step", "int", ()),
-        ("trainer.policy_mini_batch_size", "prompts / update", "int", ()),
-        ("trainer.micro_train_batch_size_per_gpu", "micro batch", "int", ()),
-        ("trainer.max_training_steps", "steps", "int", ()),
-        ("trainer.eval_interval", "eval every", "int", ()),
-    ]),
-    ("Placement", [
-        ("generator.inference_engine.backend", "inference", "choice", ("torch", "vllm")),
-        ("generator.inference_engine.num_engines", "engines", "int", ()),
-        ("trainer.placement.colocate_all", "colocate all", "bool", ()),
-        ("run.run_root", "run root", "text", ()),
-    ]),
-]
+# The form's layout: sections of {dotted key: label}. What each input is (text, list, int, float, bool
+# or a choice, and its choices) is the config schema's to say: `skyrl_nb.form.input_kinds`.
+SECTIONS: dict[str, dict[str, str]] = {
+    "Model and data": {
+        "trainer.policy.model.path": "model", "environment.env_class": "environment",
+        "data.train_data": "train data", "data.val_data": "eval data",
+    },
+    "Algorithm": {
+        "trainer.algorithm.advantage_estimator": "advantage", "trainer.algorithm.policy_loss_type": "policy loss",
+        "generator.n_samples_per_prompt": "group size", "trainer.policy.optimizer_config.lr": "learning rate",
+        "trainer.algorithm.use_kl_loss": "KL loss", "trainer.algorithm.kl_loss_coef": "KL coef",
+    },
+    "Batches and steps": {
+        "trainer.train_batch_size": "prompts / step", "trainer.policy_mini_batch_size": "prompts / update",
+        "trainer.micro_train_batch_size_per_gpu": "micro batch", "trainer.max_training_steps": "steps",
+        "trainer.eval_interval": "eval every",
+    },
+    "Placement": {
+        "generator.inference_engine.backend": "inference", "generator.inference_engine.num_engines": "engines",
+        "trainer.placement.colocate_all": "colocate all", "run.run_root": "run root",
+    },
+}
+
+
+def form_keys() -> list[str]:
+    """Every dotted key the form has an input for, in display order."""
+    return [key for fields in SECTIONS.values() for key in fields]
 
 
 class ConfigFormView:
-    """The ipywidgets of the form. `widget` is the box to display."""
+    """The ipywidgets of the form. `widget` is the box to display.
 
-    def __init__(self, choices: dict[str, tuple[str, ...]], title: str = "") -> None:
+    ``kinds`` gives each key of :func:`form_keys` its kind (``text``, ``list``, ``int``, ``float``, ``bool``
+    or ``choice``); ``choices`` the options of the ``choice`` ones.
+    """
+
+    def __init__(self, kinds: dict[str, str], choices: dict[str, tuple[str, ...]], title: str = "") -> None:
         import ipywidgets as w
 
         self._w = w
@@ -57,10 +58,11 @@ class ConfigFormView:
         self._muted = False
         label_layout = w.Layout(width="130px")
         sections = []
-        for section, fields in FIELDS:
+        for section, fields in SECTIONS.items():
             rows = [w.HTML(f"<b>{html.escape(section)}</b>")]
-            for key, label, kind, own_choices in fields:
-                widget = self._input(kind, own_choices or choices.get(key, ()))
+            for key, label in fields.items():
+                kind = kinds[key]
+                widget = self._input(kind, choices.get(key, ()))
                 widget.tooltip = key
                 widget.observe(lambda change, k=key: self._changed(k), names="value")
                 self.inputs[key] = widget

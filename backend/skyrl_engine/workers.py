@@ -1,0 +1,303 @@
+"""The engine's one worker seam: role handles for the generator, the policy, the critic and the reference.
+
+Every loop and schedule talks to ``Workers`` and nothing else; each role is a :class:`Role`, the same
+worker class either in the job's process or in a Ray actor, called the same way::
+
+    generator   GeneratorWorker   generate / evaluate / load_weights / sleep      (generator.py)
+    policy      PolicyWorker      train_step / get_weights / save / load         (policy.py)
+    critic      CriticWorker      compute_values / train_step / save / load      (critic.py; gae only)
+    reference   ReferenceWorker   logprobs                                       (policy.py; use_kl_loss only)
+
+Where each role lives is decided once, by :meth:`Workers.create` from the config:
+
+- colocated on CPU (``trainer.placement.colocate_all=true``, the torch backend, no CUDA): every role
+  in the job's process, taking turns on its cores (one copy of torch, no actor start-up);
+- otherwise the placement groups of :mod:`skyrl_engine.placement`: the policy in its bundle, the torch
+  generator in the engine bundle (with vLLM, the generator role stays in the job's process and its
+  engines are actors in the engine bundles), critic and reference actors beside the policy.
+
+Weights move by :meth:`Workers.export_weights` (a snapshot: an object ref when the policy is an actor)
+and :meth:`Workers.load_weights` (Ray hands a ref straight to a generator actor), so a synchronous step,
+the one-step pipeline and the fully async one share the same two halves.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyrl_core.config import JobConfig, SamplingParams
+    from skyrl_engine.generator import GeneratorOutput
+    from skyrl_engine.policy import TrainBatch
+    from skyrl_engine.tasks import PromptRow
+
+__all__ = ["Role", "Workers", "runs_in_job_process", "uses_vllm"]
+
+
+def _is_ref(value: Any) -> bool:
+    return type(value).__name__ == "ObjectRef"
+
+
+class Role:
+    """One role's worker: an object in this process or a Ray actor handle, called alike.
+
+    >>> Role(PolicyWorker(...)).call("train_step", batch)          # doctest: +SKIP
+    >>> Role.actor(PolicyWorker, options, ...).call("train_step", batch)   # doctest: +SKIP
+    """
+
+    def __init__(self, worker: Any, *, remote: bool = False, name: str = "") -> None:
+        self.worker = worker
+        self.remote = remote
+        self.name = name or (type(worker).__name__ if not remote else "actor")
+
+    @classmethod
+    def actor(cls, worker_cls: type, options: dict[str, Any], *args: Any, **kwargs: Any) -> Role:
+        """Start ``worker_cls(*args, **kwargs)`` as a Ray actor with ``options`` (resources, placement)."""
+        import ray
+
+        handle = ray.remote(worker_cls).options(**options).remote(*args, **kwargs)
+        return cls(handle, remote=True, name=worker_cls.__name__)
+
+    def submit(self, method: str, *args: Any) -> Any:
+        """Start ``method(*args)``: an object ref for an actor, the result itself in this process.
+
+        Object refs among ``args`` reach an actor as refs (Ray resolves them there) and are fetched
+        first for a worker in this process.
+        """
+        if self.remote:
+            return getattr(self.worker, method).remote(*args)
+        if any(_is_ref(a) for a in args):
+            import ray
+
+            args = tuple(ray.get(a) if _is_ref(a) else a for a in args)
+        return getattr(self.worker, method)(*args)
+
+    def call(self, method: str, *args: Any) -> Any:
+        """``method(*args)`` to completion; its result."""
+        return self.wait(self.submit(method, *args))
+
+    @staticmethod
+    def wait(pending: Any) -> Any:
+        """The result of :meth:`submit` (a list of them in one wait)."""
+        if isinstance(pending, list):
+            refs = [p for p in pending if _is_ref(p)]
+            if not refs:
+                return pending
+            import ray
+
+            done = iter(ray.get(refs))  # one wait for all the actors' results, in order
+            return [next(done) if _is_ref(p) else p for p in pending]
+        if _is_ref(pending):
+            import ray
+
+            return ray.get(pending)
+        return pending
+
+    def close(self) -> None:
+        """Kill an actor (nothing to do in this process beyond the worker's own shutdown)."""
+        if self.remote:
+            import ray
+
+            try:
+                ray.kill(self.worker)
+            except Exception:  # noqa: BLE001 - the actor may already be gone
+                pass
+
+    def __repr__(self) -> str:
+        return f"{self.name} ({'Ray actor' if self.remote else 'in process'})"
+
+
+class Workers:
+    """The roles of one job; the loops' only way to generate, train, sync weights and checkpoint."""
+
+    def __init__(self, generator: Role, policy: Role, critic: Role | None = None, reference: Role | None = None,
+                 *, placement: Any | None = None, colocated: bool = False) -> None:
+        self.generator = generator
+        self.policy = policy
+        self.critic = critic
+        self.reference = reference
+        self.placement = placement
+        self.colocated = colocated
+
+    # -- building -------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, cfg: JobConfig, model_path: str, total_steps: int, *, in_process: bool | None = None,
+               vllm_python: str | None = None, env_configs: dict[str, dict[str, Any]] | None = None,
+               engine_kwargs: dict[str, Any] | None = None, generator_backend: Any = None) -> Workers:
+        """Every role ``cfg`` needs, where its placement puts it (see the module docstring).
+
+        ``in_process`` overrides the choice (True: all roles here, e.g. when Ray could not start);
+        ``env_configs`` are the environments' settings (``tasks.env_configs_from_environ()`` by default);
+        ``generator_backend`` is a running generation backend to use instead of starting one (a generator
+        role in this process only: vLLM's, or all roles in process).
+        """
+        from skyrl_engine.critic import CriticWorker, critic_model_path, needs_critic
+        from skyrl_engine.generator import GeneratorWorker
+        from skyrl_engine.policy import PolicyWorker, ReferenceWorker
+        from skyrl_engine.tasks import env_configs_from_environ
+
+        t, g = cfg.trainer, cfg.generator
+        threads = int(t.num_threads)
+        plugins = list(cfg.plugins)
+        env_configs = env_configs_from_environ() if env_configs is None else env_configs
+        vllm = uses_vllm(cfg)
+        if in_process is None:
+            in_process = runs_in_job_process(cfg)
+        if in_process and vllm:
+            raise ValueError("generator.inference_engine.backend: 'vllm' engines are Ray actors; they cannot run "
+                             "in the job's process")
+        policy_args = (model_path, t, g.sampling_params.temperature, total_steps, threads, plugins)
+        generator_kwargs = {"num_threads": threads, "plugins": plugins, "env_configs": env_configs,
+                            "colocated": bool(t.placement.colocate_all), "vllm_python": vllm_python,
+                            "seed": int(t.seed), "engine_kwargs": engine_kwargs, "backend": generator_backend}
+        if generator_backend is not None and not (in_process or vllm):
+            raise ValueError("generator_backend: the torch generator of a disaggregated run is a Ray actor with its "
+                             "own sampler; hand in a backend only for a generator in this process")
+        critic_args = (critic_model_path(cfg, model_path), t, total_steps, threads, plugins) if needs_critic(cfg) else None
+        reference_args = (model_path, t, g.sampling_params.temperature, threads, plugins) if t.algorithm.use_kl_loss else None
+        if in_process:
+            return cls(
+                generator=Role(GeneratorWorker(model_path, g, **generator_kwargs)),
+                policy=Role(PolicyWorker(*policy_args)),
+                critic=Role(CriticWorker(*critic_args)) if critic_args else None,
+                reference=Role(ReferenceWorker(*reference_args)) if reference_args else None,
+                colocated=bool(t.placement.colocate_all),
+            )
+        from skyrl_engine.placement import Placement, plan_placement
+
+        # PlacementError (one line) when the cluster cannot hold what trainer.placement asks for
+        placement = Placement.create(plan_placement(cfg))
+        roles: list[Role] = []
+        try:
+            policy = Role.actor(PolicyWorker, placement.policy_options(0), *policy_args)
+            roles.append(policy)
+            if vllm:  # the role stays here; its engines are actors in the engine bundles
+                generator = Role(GeneratorWorker(model_path, g, placement=placement, **generator_kwargs))
+            else:
+                generator = Role.actor(GeneratorWorker, placement.engine_options(0), model_path, g,
+                                       **generator_kwargs)
+            roles.append(generator)
+            # No CPU of their own: their passes and the policy's never run at the same time.
+            critic = Role.actor(CriticWorker, {"num_cpus": 0}, *critic_args) if critic_args else None
+            reference = Role.actor(ReferenceWorker, {"num_cpus": 0}, *reference_args) if reference_args else None
+            roles += [r for r in (critic, reference) if r is not None]
+            Role.wait([r.submit("ping") for r in roles])
+        except BaseException:
+            for role in roles:
+                role.close()
+            placement.remove()
+            raise
+        return cls(generator, policy, critic, reference, placement=placement, colocated=bool(t.placement.colocate_all))
+
+    # -- rollouts -------------------------------------------------------------------------------
+    def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
+        """``n`` scored rollouts per row with the generator's current weights."""
+        return self.generator.call("generate", rows, n, params, seed)
+
+    def evaluate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int, batch_size: int) -> dict:
+        """Mean reward over ``rows`` with the generator's current weights."""
+        return self.generator.call("evaluate", rows, n, params, seed, batch_size)
+
+    # -- training -------------------------------------------------------------------------------
+    def reference_logprobs(self, batch: TrainBatch) -> Any:
+        """The reference's log-probs of the batch (``use_kl_loss``); None without a reference role."""
+        return None if self.reference is None else self.reference.call("logprobs", batch)
+
+    def critic_values(self, batch: TrainBatch) -> Any:
+        """The critic's values of the batch before its update (gae)."""
+        return self.critic.call("compute_values", batch)
+
+    def critic_train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One critic update on the batch (gae); ``critic/*`` metrics."""
+        return self.critic.call("train_step", batch)
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One policy update on the batch; ``policy/*`` metrics. Colocated engines sleep meanwhile."""
+        if self.colocated:
+            self.generator.call("sleep")
+        return self.policy.call("train_step", batch)
+
+    # -- weights --------------------------------------------------------------------------------
+    def export_weights(self) -> Any:
+        """Trainer side of a sync: a snapshot of the policy's weights (an object ref for an actor).
+
+        The snapshot is taken before this returns, so the policy may go on training meanwhile.
+        """
+        pending = self.policy.submit("get_weights")
+        if _is_ref(pending):
+            import ray
+
+            ray.wait([pending])
+        return pending
+
+    def load_weights(self, weights: Any) -> None:
+        """Generator side of a sync: install a snapshot from :meth:`export_weights`."""
+        self.generator.call("load_weights", weights)
+
+    def sync_weights(self) -> None:
+        """Policy → generator (``timing/sync_weights``)."""
+        self.load_weights(self.export_weights())
+
+    # -- state ----------------------------------------------------------------------------------
+    def save_checkpoint(self, ckpt_dir: str, extra: dict[str, Any]) -> None:
+        """Policy (and critic) state into ``ckpt_dir``."""
+        pending = [self.policy.submit("save_checkpoint", ckpt_dir, extra)]
+        if self.critic is not None:
+            pending.append(self.critic.submit("save_checkpoint", ckpt_dir))
+        Role.wait(pending)
+
+    def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
+        """Restore policy (and critic) from ``ckpt_dir``, then sync the generator; the policy's extra state."""
+        extra = self.policy.call("load_checkpoint", ckpt_dir)
+        if self.critic is not None:
+            self.critic.call("load_checkpoint", ckpt_dir)
+        self.sync_weights()
+        return extra
+
+    def shutdown(self) -> None:
+        """Stop the generator's backend, kill the actors, give the placement back."""
+        try:
+            if not self.generator.remote:
+                self.generator.call("shutdown")
+        finally:
+            for role in (self.generator, self.policy, self.critic, self.reference):
+                if role is not None:
+                    role.close()
+            if self.placement is not None:
+                self.placement.remove()
+
+    # -- display --------------------------------------------------------------------------------
+    def roles(self) -> dict[str, Role]:
+        """The roles this job has, by name."""
+        named = {"generator": self.generator, "policy": self.policy, "critic": self.critic,
+                 "reference": self.reference}
+        return {k: v for k, v in named.items() if v is not None}
+
+    def __repr__(self) -> str:
+        where = self.placement.plan.describe() if self.placement is not None else "all in the job's process"
+        roles = ", ".join(f"{k}: {v!r}" for k, v in self.roles().items())
+        return f"Workers({where}; {roles})"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
+
+
+def uses_vllm(cfg: JobConfig) -> bool:
+    """``generator.inference_engine.backend=vllm``: the generator samples with vLLM engine actors."""
+    from skyrl_core.choices import Backend
+
+    return cfg.generator.inference_engine.backend == Backend.VLLM
+
+
+def runs_in_job_process(cfg: JobConfig) -> bool:
+    """True for a colocated run of the torch backend on CPU: every role lives in the job's own process.
+
+    Disaggregated runs (``trainer.placement.colocate_all=false``) put the roles in Ray actors with their
+    own bundles; on a machine with CUDA colocated runs use actors that share the GPUs.
+    """
+    if uses_vllm(cfg):
+        return False
+    import torch
+
+    return bool(cfg.trainer.placement.colocate_all) and not torch.cuda.is_available()

@@ -1,0 +1,90 @@
+"""Every choice a config key offers, defined once.
+
+Config fields with a fixed set of values are typed with these enums (``skyrl_core.config``); the engine
+compares against the same members; the config form lists them. Names are SkyRL's. Three kinds of choice
+are open to plug-ins and live in :mod:`skyrl_core.registry` instead, seeded from the built-in names
+here: advantage estimators, policy losses and environments.
+
+``StrEnum`` members are strings: ``LossReduction.TOKEN_MEAN == "token_mean"``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class AdvantageEstimator(StrEnum):
+    """The built-in ``trainer.algorithm.advantage_estimator`` names (plug-ins may add more)."""
+    GRPO, RLOO, REINFORCE_PP, GAE = "grpo", "rloo", "reinforce++", "gae"
+
+
+GROUP_ESTIMATORS = frozenset({AdvantageEstimator.GRPO, AdvantageEstimator.RLOO})
+"""Estimators that compare a prompt's samples with each other (they need n_samples_per_prompt >= 2)."""
+
+
+class PolicyLoss(StrEnum):
+    """The built-in ``trainer.algorithm.policy_loss_type`` names (plug-ins may add more)."""
+    REGULAR, DUAL_CLIP, GSPO, CISPO = "regular", "dual_clip", "gspo", "cispo"
+
+
+class LossReduction(StrEnum):
+    """``trainer.algorithm.loss_reduction``: how a mini-batch's token losses become one number."""
+    TOKEN_MEAN, SEQUENCE_MEAN, SEQ_MEAN_TOKEN_SUM_NORM = "token_mean", "sequence_mean", "seq_mean_token_sum_norm"
+
+
+class KLEstimator(StrEnum):
+    """``trainer.algorithm.kl_estimator_type``."""
+    K1, K2, K3, ABS = "k1", "k2", "k3", "abs"
+
+
+class KLController(StrEnum):
+    """``trainer.algorithm.kl_ctrl.type``."""
+    FIXED, ADAPTIVE = "fixed", "adaptive"
+
+
+class TISRatioType(StrEnum):
+    """``trainer.algorithm.off_policy_correction.tis_ratio_type`` (null: off)."""
+    TOKEN, SEQUENCE = "token", "sequence"
+
+
+class SequenceMaskMetric(StrEnum):
+    """``trainer.algorithm.off_policy_correction.sequence_mask_metric`` (null: off)."""
+    PRODUCT, GEOMETRIC = "product", "geometric"
+
+
+class DynamicSampling(StrEnum):
+    """``trainer.algorithm.dynamic_sampling.type`` (null: off)."""
+    FILTER, REPLACE = "filter", "replace"
+
+
+class Scheduler(StrEnum):
+    """``trainer.policy.optimizer_config.scheduler`` (transformers' scheduler names)."""
+    CONSTANT_WITH_WARMUP, CONSTANT, LINEAR, COSINE = "constant_with_warmup", "constant", "linear", "cosine"
+
+
+class ResumeMode(StrEnum):
+    """``trainer.resume_mode``."""
+    NONE, LATEST, FROM_PATH = "none", "latest", "from_path"
+
+
+class Backend(StrEnum):
+    """``generator.inference_engine.backend``: who samples."""
+    TORCH, VLLM = "torch", "vllm"
+
+
+class RunState(StrEnum):
+    """A run's ``state`` in ``status.json`` (and a job's, lower-cased from Ray's)."""
+    PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "pending", "running", "succeeded", "failed", "stopped"
+
+    @property
+    def is_final(self) -> bool:
+        """True once the run has ended (succeeded, failed or stopped)."""
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED})
+
+
+def values(choice: type[StrEnum]) -> tuple[str, ...]:
+    """The plain string values of an enum, in definition order: ``values(KLEstimator)`` → ('k1', ...)."""
+    return tuple(member.value for member in choice)

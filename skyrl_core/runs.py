@@ -1,0 +1,414 @@
+"""The run store: what the engine writes while it trains and what notebooks read, live or later.
+
+Layout of one run (``<run_root>/<run_id>/``)::
+
+    config.yaml        the resolved config
+    status.json        state, step, total_steps, heartbeat, error
+    metrics.jsonl      one object per step ("step" counted from 1, SkyRL metric names)
+    events.jsonl       lifecycle: started, resumed, checkpoint_saved, eval, warning, error, finished
+    trajectories/      step_000001.parquet, ... one part per step, a row per sample
+    checkpoints/       SkyRL layout (written by the engine)
+
+Writers append and flush per step and replace whole files atomically (temp file + rename). Readers
+tail by byte offset, ignore a torn last line and never hold the whole history in memory. pandas and
+pyarrow are imported only by the functions that need them.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from skyrl_core.choices import FINAL_STATES, RunState, values
+
+STATES = values(RunState)
+REWARD_KEY = "reward/avg_raw_reward"
+PART_RE = re.compile(r"^step_(\d{6,})\.parquet$")
+"""A complete trajectory part's file name; its group is the step."""
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+"""A run id: letters, digits, '.', '_' or '-', at most 100, not starting with a punctuation mark."""
+_RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+
+#: A running job whose heartbeat is older than this (seconds) is reported as lost.
+HEARTBEAT_STALE_S = 120.0
+
+
+def part_name(step: int) -> str:
+    """The file name of step ``step``'s trajectory part: ``step_000007.parquet``."""
+    return f"step_{step:06d}.parquet"
+
+
+def part_step(name: str) -> int | None:
+    """The step of a complete trajectory part's file name, None for anything else (temp files...)."""
+    m = PART_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def run_id_problem(run_id: object) -> str | None:
+    """The one-line problem with a run id, or None when it is valid (see ``RUN_ID_PATTERN``)."""
+    if isinstance(run_id, str) and _RUN_ID_RE.match(run_id):
+        return None
+    return (f"run.run_id: {run_id!r} is not a valid run id; use letters, digits, '.', '_' or '-' "
+            "(at most 100, starting with a letter or digit)")
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Replace ``path`` with ``text`` atomically (temp file in the same folder, fsync, rename)."""
+    path = Path(path)
+    # pid and thread in the name: a heartbeat thread and the main loop may both write status.json
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _new_status() -> dict[str, Any]:
+    return {"state": RunState.PENDING.value, "step": 0, "total_steps": None, "heartbeat": None,
+            "started_at": None, "ended_at": None, "error": None, "pid": None}
+
+
+def _json_default(value: Any) -> Any:
+    # numpy scalars / arrays and Paths reach the writer from the engine
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _clean_number(value: Any) -> Any:
+    # JSON has no NaN/inf; keep lines parseable by any reader
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# ---------------------------------------------------------------------------------- writer
+class RunWriter:
+    """Writes one run directory. Used by the engine; safe to re-open when a run resumes."""
+
+    def __init__(self, run_dir: str | os.PathLike[str]):
+        self.run_dir = Path(run_dir).expanduser()
+        self.trajectory_dir = self.run_dir / "trajectories"
+        self.trajectory_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "checkpoints").mkdir(exist_ok=True)
+        self._status: dict[str, Any] = _read_json(self.run_dir / "status.json") or _new_status()
+
+    def write_config(self, config: Any) -> Path:
+        """Save the resolved config (a JobConfig or a plain dict) as config.yaml."""
+        data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        path = self.run_dir / "config.yaml"
+        atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    def set_status(self, state: str | None = None, **fields: Any) -> dict[str, Any]:
+        """Update status.json (atomic rewrite); the heartbeat is always refreshed."""
+        if state is not None:
+            if state not in STATES:
+                raise ValueError(f"state: {state!r} is not allowed; allowed: {', '.join(STATES)}")
+            state = RunState(state).value
+            self._status["state"] = state
+            if state == "running" and not self._status.get("started_at"):
+                self._status["started_at"] = time.time()
+            if state in FINAL_STATES:
+                self._status["ended_at"] = time.time()
+            elif state == "running":
+                self._status["ended_at"] = None
+                self._status["error"] = None
+        unknown = set(fields) - {"step", "total_steps", "error", "pid"}
+        if unknown:
+            raise ValueError(f"status field(s) {sorted(unknown)} are not allowed; allowed: step, total_steps, error, pid")
+        self._status.update(fields)
+        self._status["heartbeat"] = time.time()
+        atomic_write_text(self.run_dir / "status.json", json.dumps(self._status))
+        return dict(self._status)
+
+    def reset(self) -> None:
+        """Start the run over: forget metrics, events, trajectories and status (checkpoints are kept)."""
+        for name in ("metrics.jsonl", "events.jsonl", "status.json"):
+            (self.run_dir / name).unlink(missing_ok=True)
+        for part in self.trajectory_dir.iterdir():
+            part.unlink(missing_ok=True)
+        self._status = _new_status()
+
+    def heartbeat(self) -> None:
+        self.set_status()
+
+    def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
+        """Append one line for ``step`` (counted from 1) to metrics.jsonl and flush it."""
+        row = {"step": int(step), "time": time.time()}
+        row.update({k: _clean_number(v) for k, v in metrics.items() if k not in ("step", "time")})
+        self._append(self.run_dir / "metrics.jsonl", row)
+
+    def log_event(self, kind: str, **data: Any) -> None:
+        """Append a lifecycle event (started, checkpoint_saved, eval, warning, error, ...)."""
+        self._append(self.run_dir / "events.jsonl", {"time": time.time(), "kind": kind, **data})
+
+    def write_trajectories(self, step: int, rows: list[dict[str, Any]] | Any) -> Path:
+        """Write one Parquet part for ``step`` atomically; rows is a list of dicts or a pyarrow Table."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
+        path = self.trajectory_dir / part_name(step)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+        return path
+
+    def truncate_after(self, step: int) -> None:
+        """Forget everything logged after ``step``: used when a run resumes from a checkpoint."""
+        for name in ("metrics.jsonl", "events.jsonl"):
+            path = self.run_dir / name
+            if not path.exists():
+                continue
+            kept = []
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn line from a killed writer
+                # events without a step (started, error, ...) are history worth keeping
+                if (row.get("step") or 0) <= step:
+                    kept.append(json.dumps(row, default=_json_default))
+            atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+        for part in self.trajectory_dir.iterdir():
+            part_of = part_step(part.name)
+            if (part_of is not None and part_of > step) or part.name.endswith(".tmp"):
+                part.unlink(missing_ok=True)
+        self._status["step"] = step
+
+    def _append(self, path: Path, row: dict[str, Any]) -> None:
+        line = json.dumps(row, default=_json_default)
+        with path.open("a") as f:
+            f.write(line + "\n")
+            f.flush()
+
+
+# ---------------------------------------------------------------------------------- reader
+class _Tail:
+    """Reads complete new lines of a growing JSONL file from a remembered byte offset."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self._inode: int | None = None
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return []
+        if self._inode is not None and (st.st_ino != self._inode or st.st_size < self.offset):
+            self.offset = 0  # the file was rewritten (a resume truncated it): start over
+        self._inode = st.st_ino
+        if st.st_size == self.offset:
+            return []
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            chunk = f.read(st.st_size - self.offset)
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []  # only a torn (still being written) line so far
+        self.offset += end + 1
+        rows = []
+        for line in chunk[: end + 1].splitlines():
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return rows
+
+
+class RunReader:
+    """Reads one run directory, incrementally. ``poll()`` returns only rows written since the last call.
+
+    >>> run = RunReader("~/skyrl-runs/my-run")      # doctest: +SKIP
+    >>> run.status()["state"], len(run.metrics())    # doctest: +SKIP
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]):
+        self.run_dir = Path(run_dir).expanduser()
+        self._metrics_tail = _Tail(self.run_dir / "metrics.jsonl")
+        self._events_tail = _Tail(self.run_dir / "events.jsonl")
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+    def exists(self) -> bool:
+        return (self.run_dir / "status.json").exists() or (self.run_dir / "config.yaml").exists()
+
+    def config(self) -> dict[str, Any]:
+        path = self.run_dir / "config.yaml"
+        return yaml.safe_load(path.read_text()) if path.exists() else {}
+
+    def status(self) -> dict[str, Any]:
+        """status.json, with ``lost: True`` added when a running job's heartbeat went stale."""
+        status = _read_json(self.run_dir / "status.json") or {"state": "pending", "step": 0, "total_steps": None}
+        beat = status.get("heartbeat")
+        status["lost"] = bool(status.get("state") == "running" and beat and time.time() - beat > HEARTBEAT_STALE_S)
+        return status
+
+    def poll(self) -> list[dict[str, Any]]:
+        """New metric rows since the previous poll (a torn last line is left for next time)."""
+        return self._metrics_tail.read_new()
+
+    def poll_events(self) -> list[dict[str, Any]]:
+        return self._events_tail.read_new()
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every metric row, re-read from disk."""
+        return _Tail(self.run_dir / "metrics.jsonl").read_new()
+
+    def events(self) -> list[dict[str, Any]]:
+        return _Tail(self.run_dir / "events.jsonl").read_new()
+
+    def metrics_frame(self):
+        """All metric rows as a pandas DataFrame indexed by step."""
+        import pandas as pd
+
+        frame = pd.DataFrame(self.metrics())
+        return frame.set_index("step", drop=False) if "step" in frame else frame
+
+    def trajectory_steps(self) -> list[int]:
+        """Steps that have a complete trajectory part, in order."""
+        folder = self.run_dir / "trajectories"
+        if not folder.is_dir():
+            return []
+        return sorted(step for p in os.scandir(folder) if (step := part_step(p.name)) is not None)
+
+    def trajectory_path(self, step: int) -> Path:
+        return self.run_dir / "trajectories" / part_name(step)
+
+    def trajectories(self, step: int, columns: Iterable[str] | None = None):
+        """The rows of one step's part as a DataFrame (only ``columns`` when given)."""
+        import pyarrow.parquet as pq
+
+        path = self.trajectory_path(step)
+        if not path.exists():
+            raise FileNotFoundError(f"step {step}: no trajectory part at {path}; "
+                                    f"steps with parts: {_span(self.trajectory_steps())}")
+        schema_names = pq.read_schema(path).names
+        cols = None if columns is None else [c for c in columns if c in schema_names]
+        return pq.read_table(path, columns=cols).to_pandas()
+
+    def summary(self) -> RunSummary:
+        status = self.status()
+        last: dict[str, Any] = {}
+        for row in self.metrics()[-1:]:
+            last = row
+        return RunSummary(
+            run_id=self.run_id,
+            path=str(self.run_dir),
+            state="lost" if status.get("lost") else status.get("state", "pending"),
+            step=int(status.get("step") or last.get("step") or 0),
+            total_steps=status.get("total_steps"),
+            last_reward=last.get(REWARD_KEY),
+            error=status.get("error"),
+            started_at=status.get("started_at"),
+        )
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        return f"RunReader({s.run_id!r}, state={s.state}, step={s.step}/{s.total_steps}, path={s.path!r})"
+
+    def _repr_html_(self) -> str:
+        return self.summary()._repr_html_()
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line about a run: what ``list_runs`` returns."""
+
+    run_id: str
+    path: str
+    state: str
+    step: int
+    total_steps: int | None
+    last_reward: float | None
+    error: str | None = None
+    started_at: float | None = None
+
+    def __str__(self) -> str:
+        reward = "-" if self.last_reward is None else f"{self.last_reward:.3f}"
+        return f"{self.run_id:<28} {self.state:<10} {self.step:>5}/{self.total_steps or '?':<5} reward {reward}"
+
+    def _repr_html_(self) -> str:
+        colour = {"running": "#1f77b4", "succeeded": "#2ca02c", "failed": "#d62728",
+                  "stopped": "#7f7f7f", "lost": "#ff7f0e"}.get(self.state, "#555")
+        reward = "-" if self.last_reward is None else f"{self.last_reward:.3f}"
+        err = f"<br><small>{html.escape(self.error.splitlines()[-1])}</small>" if self.error else ""
+        return (f"<div><b>{html.escape(self.run_id)}</b> <span style='color:{colour}'>{self.state}</span> "
+                f"step {self.step}/{self.total_steps or '?'} &middot; reward {reward}{err}</div>")
+
+
+class RunList(list):
+    """A list of RunSummary that prints as a table."""
+
+    def __str__(self) -> str:
+        return "\n".join(str(s) for s in self) if self else "(no runs)"
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        if not self:
+            return "<i>no runs</i>"
+        rows = "".join(
+            f"<tr><td>{html.escape(s.run_id)}</td><td>{s.state}</td><td>{s.step}/{s.total_steps or '?'}</td>"
+            f"<td>{'-' if s.last_reward is None else f'{s.last_reward:.3f}'}</td></tr>" for s in self)
+        return ("<table><tr><th>run</th><th>state</th><th>step</th><th>last reward</th></tr>"
+                f"{rows}</table>")
+
+
+def open_run(path: str | os.PathLike[str]) -> RunReader:
+    """Open a run directory (finished or running). Raises if it holds no run."""
+    reader = RunReader(path)
+    if not reader.exists():
+        raise FileNotFoundError(f"run: {str(path)!r} is not a run directory (no status.json or config.yaml)")
+    return reader
+
+
+# ``skyrl_nb.runs.open(path)`` as the issue spells it
+open = open_run  # noqa: A001
+
+
+def list_runs(run_root: str | os.PathLike[str] = "~/skyrl-runs") -> RunList:
+    """Every run under ``run_root``, newest first, with state, steps and last reward."""
+    root = Path(run_root).expanduser()
+    if not root.is_dir():
+        return RunList()
+    readers = [RunReader(p) for p in root.iterdir() if p.is_dir()]
+    summaries = [r.summary() for r in readers if r.exists()]
+    summaries.sort(key=lambda s: s.started_at or 0, reverse=True)
+    return RunList(summaries)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _span(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    return f"{steps[0]}..{steps[-1]} ({len(steps)})"
