@@ -9,19 +9,26 @@ Load one from a preset, a YAML file or a dict, then apply ``key=value`` override
     'grpo'
 
 Every problem is reported as one line that starts with the dotted key, names the value and says
-what is allowed (``ConfigError.problems``). Only pydantic and yaml are imported here.
+what is allowed (``ConfigError.problems``). ``config_problems`` (and ``check_config``, which raises) is
+the one validation: the engine's ``validate``, ``launch``, the form and ``%skyrl`` all call it, so what
+validates launches. Only pydantic and yaml are imported here.
 """
 
 from __future__ import annotations
 
 import copy
-import math
+import functools
 import os
+import re
+import types
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from skyrl_core.choices import (
     GROUP_ESTIMATORS,
@@ -44,8 +51,9 @@ from skyrl_core.registry import (
     environment_names,
     load_plugins,
     not_allowed,
+    shown,
 )
-from skyrl_core.runs import RUN_ID_PATTERN
+from skyrl_core.runs import run_id_problem, run_root_problem
 
 BUILTIN_PREFIX = "builtin://"
 BUILTIN_MODELS = ("builtin://tiny-qwen2",)
@@ -61,10 +69,37 @@ class ConfigError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
+#: Every int key fits in 64 bits (torch and numpy take them as int64).
+INT_BITS = 64
+MAX_PROBLEM_CHARS = 300
+"""A problem line is at most this long; values in it are shown abbreviated (``registry.shown``)."""
+
+
 class _Section(BaseModel):
-    # use_enum_values: a section holds plain strings, so it dumps, pickles and compares as before
+    # use_enum_values: a section holds plain strings, so it dumps, pickles and compares as before;
+    # allow_inf_nan=False: no float key takes inf or nan (the run would die at step 1)
     model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True, use_enum_values=True,
-                              validate_default=True)
+                              validate_default=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """Booleans are not numbers and numbers are not booleans (pydantic's lax mode takes both)."""
+        kind = _scalar_kind(cls, info.field_name)
+        if kind is bool and value is not None and not isinstance(value, bool):
+            raise PydanticCustomError("bool_type", "Input should be true or false")
+        if kind in (int, float):
+            items = value if isinstance(value, list) else [value]
+            if any(isinstance(v, bool) for v in items):
+                raise PydanticCustomError("bool_not_number", "Input should be a number, not true or false")
+        return value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _fits_in_64_bits(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() >= INT_BITS:
+            raise PydanticCustomError("int_too_big", f"Input should be at most 2**63-1 (it must fit in {INT_BITS} bits)")
+        return value
 
     def _repr_html_(self) -> str:
         return _dotted_table_html(_flatten(self.model_dump()))
@@ -84,7 +119,8 @@ class ModelConfig(_Section):
 
 class OptimizerConfig(_Section):
     lr: float = Field(1e-6, gt=0, le=1.0)
-    adam_betas: list[float] = Field(default_factory=lambda: [0.9, 0.999], min_length=2, max_length=2)
+    adam_betas: list[Annotated[float, Field(ge=0, lt=1)]] = Field(default_factory=lambda: [0.9, 0.999],
+                                                                 min_length=2, max_length=2)
     weight_decay: float = Field(1e-2, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     num_warmup_steps: int = Field(0, ge=0)
@@ -155,7 +191,7 @@ class AlgorithmConfig(_Section):
     advantage_estimator: str = "grpo"  # open to plug-ins: checked against skyrl_core.registry
     policy_loss_type: str = "regular"  # likewise
     loss_reduction: LossReduction = LossReduction.TOKEN_MEAN
-    eps_clip_low: float = Field(0.2, ge=0, le=1)
+    eps_clip_low: float = Field(0.2, ge=0, lt=1)
     eps_clip_high: float = Field(0.2, ge=0)
     clip_ratio_c: float = Field(3.0, gt=1)
     grpo_norm_by_std: bool = True
@@ -200,7 +236,8 @@ class TrainerConfig(_Section):
     update_epochs_per_batch: int = Field(1, ge=1)
     epochs: int = Field(1, ge=1)
     max_training_steps: int | None = Field(None, ge=1)
-    seed: int = Field(42, ge=0)
+    # vLLM engines seed numpy (32 bits) with trainer.seed + 1000003 x engine index: room for that
+    seed: int = Field(42, ge=0, le=2**31 - 1)
     ckpt_path: str | None = None
     ckpt_interval: int = Field(10, ge=0)
     max_ckpts_to_keep: int = Field(-1, ge=-1)
@@ -248,9 +285,17 @@ class EnvironmentConfig(_Section):
 class RunConfig(_Section):
     """skyrl-nb's own keys: where the run store lives."""
 
-    run_root: str = "~/skyrl-runs"
-    run_id: str | None = Field(None, pattern=RUN_ID_PATTERN)
+    run_root: str = "~/skyrl-runs"  # checked by skyrl_core.runs.run_root_problem, launch's own rule
+    run_id: str | None = None
     store_token_data: bool = True
+
+    @field_validator("run_id")
+    @classmethod
+    def _valid_run_id(cls, value: str | None) -> str | None:
+        problem = None if value is None else run_id_problem(value)
+        if problem:
+            raise ValueError(problem)  # the same line launch gives
+        return value
 
 
 # ---------------------------------------------------------------------------------- the config
@@ -306,7 +351,7 @@ class JobConfig(_Section):
     # -- checks beyond single fields --------------------------------------------------------
     def problems(self, *, check_files: bool = True) -> list[str]:
         """Cross-field and file-system checks; an empty list means the config can run."""
-        return _cross_checks(self, check_files=check_files)
+        return _lines(_cross_checks(self, check_files=check_files))
 
     def check(self, *, check_files: bool = True) -> JobConfig:
         """Raise ConfigError (one line per problem) unless the config can run; return self."""
@@ -436,43 +481,61 @@ def load_config(
     source: str | os.PathLike[str] | dict[str, Any] | JobConfig | None = None,
     overrides: list[str] | dict[str, Any] | None = None,
 ) -> JobConfig:
-    """Build a validated JobConfig.
+    """Build a JobConfig whose every key holds an allowed value (cross-field checks: ``check_config``).
 
     ``source`` is a preset name, a YAML file path, a dict, a JobConfig, or None for defaults;
     ``overrides`` are ``key=value`` strings (values parsed as YAML) or a ``{dotted_key: value}`` dict.
     Raises ConfigError with one line per problem (every problem, not just the first).
     """
-    if source is None:
-        base: dict[str, Any] = {}
-    elif isinstance(source, JobConfig):
-        base = source.to_dict()
-    elif isinstance(source, dict):
-        base = copy.deepcopy(source)
-    else:
-        text = os.fspath(source)
-        if text in PRESETS:
-            base = copy.deepcopy(PRESETS[text])
-        elif text.endswith((".yaml", ".yml")) or os.path.sep in text or os.path.exists(text):
-            path = Path(os.path.expanduser(text))
-            if not path.is_file():
-                raise ConfigError([f"config: file {text!r} does not exist"])
-            base = _parse_yaml_mapping(path.read_text(), text)
-        else:
-            raise ConfigError([f"config: {text!r} is neither a preset ({', '.join(PRESETS)}) nor a YAML file"
-                               + did_you_mean(text, list(PRESETS))])
-    problems: list[str] = []
-    for key, value in _parse_overrides(overrides, problems):
-        _set_dotted(base, key, value, problems)
-    problems.extend(_unknown_keys(base))
+    cfg, problems, _bad, _given = _build(source, overrides)
     if problems:
+        raise ConfigError(_lines(problems))
+    return cfg
+
+
+def config_problems(
+    source: str | os.PathLike[str] | dict[str, Any] | JobConfig | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    check_files: bool = True,
+) -> tuple[JobConfig | None, list[str]]:
+    """Every problem of a config, in one pass: the one validation behind ``python -m skyrl_engine
+    validate``, ``launch`` (``prepare_config``), the form and ``%skyrl``.
+
+    ``run_id`` (launch's ``--run-id``) replaces ``run.run_id``. Returns ``(config, problems)``: one line
+    per problem, each starting with its key (or ``config:`` / ``plugins:``), showing the value
+    abbreviated and what is allowed, at most ``MAX_PROBLEM_CHARS`` long. A key with a bad value stands
+    at its default for the checks that follow, and a check that reads it is skipped, so independent
+    problems all show and none shows twice. ``config`` is None when it cannot be the config asked for
+    (a bad value, an unknown key or name, an unreadable source), else the config, whatever the
+    cross-field and file checks say (the form shows its resources while those are fixed).
+
+    >>> cfg, problems = config_problems("quickstart", ["trainer.seed=-1", "trainer.policy.optimizer_config.lr=.inf"])
+    >>> cfg, [line.split(":")[0] for line in problems]
+    (None, ['trainer.policy.optimizer_config.lr', 'trainer.seed'])
+    """
+    cfg, problems, bad, given = _build(source, overrides, run_id)
+    loaded = not problems
+    problems.extend(_cross_checks(cfg, check_files=check_files, skip=bad, only=given))
+    return (cfg if loaded else None), _lines(problems)
+
+
+def check_config(
+    source: str | os.PathLike[str] | dict[str, Any] | JobConfig | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    check_files: bool = True,
+) -> JobConfig:
+    """The config, ready to run; ConfigError with every problem (``config_problems``) when it is not.
+
+    >>> check_config("quickstart", ["trainer.max_training_steps=20"]).trainer.max_training_steps
+    20
+    """
+    cfg, problems = config_problems(source, overrides, run_id=run_id, check_files=check_files)
+    if problems or cfg is None:
         raise ConfigError(problems)
-    try:
-        cfg = JobConfig.model_validate(base)
-    except ValidationError as err:
-        raise ConfigError(_pydantic_problems(err)) from None
-    value_problems = _registry_checks(cfg)
-    if value_problems:
-        raise ConfigError(value_problems)
     return cfg
 
 
@@ -493,25 +556,117 @@ def as_config(source: JobConfig | dict[str, Any] | None = None) -> JobConfig:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """Split one ``key=value`` override; the value is parsed as YAML (``3`` → int, ``[a]`` → list)."""
+    """Split one ``key=value`` override; the value is parsed as YAML (``3`` → int, ``[a]`` → list).
+
+    Text that is not YAML (or nests absurdly deep) stays text, and the key's type check says so.
+    """
+    if not isinstance(text, str):
+        raise ConfigError([f"config: override {shown(text)} is not a key=value string (e.g. trainer.seed=3)"])
     if "=" not in text:
         raise ConfigError([f"{text}: an override must look like key=value (e.g. trainer.seed=3)"])
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key:
         raise ConfigError([f"{text!r}: the key before '=' is empty"])
+    value, problem = _safe_yaml(raw) if raw.strip() else ("", None)
+    return key, raw if problem else value
+
+
+# ---------------------------------------------------------------------------------- the passes
+def _build(source: Any, overrides: Any,
+           run_id: str | None = None) -> tuple[JobConfig, list[str], set[str], set[str] | None]:
+    """``(config, problems, bad keys, given)``: the config has every bad or unknown key at its default.
+
+    ``given`` is None when the source was read, else the keys the overrides set: then only checks of
+    those keys mean anything (the others would judge the defaults, not the user's config).
+    """
+    problems: list[str] = []
+    base, source_ok = _read_source(source, problems)
+    pairs = _parse_overrides(overrides, problems)
+    if run_id is not None:
+        pairs.append(("run.run_id", run_id))
+    for key, value in pairs:
+        _set_dotted(base, key, value, problems)
+    problems.extend(_pop_unknown_keys(base))
+    cfg, bad = _validate_tree(base, problems)
+    problems.extend(_registry_checks(cfg, skip=bad))
+    return cfg, problems, bad, (None if source_ok else {key for key, _ in pairs})
+
+
+def _read_source(source: Any, problems: list[str]) -> tuple[dict[str, Any], bool]:
+    """The source as a nested dict, and whether it could be read (else ``{}`` and a ``config:`` line)."""
+    if source is None:
+        return {}, True
+    if isinstance(source, JobConfig):
+        return source.to_dict(), True
+    if isinstance(source, dict):
+        return copy.deepcopy(source), True
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key, value
+        text = os.fspath(source)
+    except TypeError:
+        text = None
+    if not isinstance(text, str):
+        problems.append(f"config: {shown(source)} is not a preset name, a YAML file, a dict or a JobConfig")
+        return {}, False
+    if text in PRESETS:
+        return copy.deepcopy(PRESETS[text]), True
+    try:
+        if text.endswith((".yaml", ".yml")) or os.path.sep in text or os.path.exists(text):
+            return _read_yaml_file(text), True
+    except ConfigError as err:
+        problems.extend(err.problems)
+        return {}, False
+    problems.append(f"config: {shown(text)} is neither a preset ({', '.join(PRESETS)}) nor a YAML file"
+                    + did_you_mean(text, list(PRESETS)))
+    return {}, False
 
 
-def _parse_overrides(overrides: list[str] | dict[str, Any] | None, problems: list[str]):
+def _read_yaml_file(text: str) -> dict[str, Any]:
+    path = Path(os.path.expanduser(text))
+    if path.is_dir():
+        raise ConfigError([f"config: {shown(text)} is a folder, not a YAML file"])
+    if not path.is_file():
+        raise ConfigError([f"config: file {shown(text)} does not exist"])
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError([f"config: file {shown(text)} cannot be read ({err.strerror or err})"]) from None
+    try:
+        decoded = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError([f"config: file {shown(text)} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+                           f"{err.start}); save it as UTF-8 YAML"]) from None
+    return _parse_yaml_mapping(decoded, shown(text))
+
+
+# libyaml's parser when there is one: the same safe loading, and pure-Python PyYAML takes time quadratic in
+# the nesting depth (a 100 KB line of brackets would hold validation for minutes)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _safe_yaml(text: str) -> tuple[Any, str | None]:
+    """``(value, None)``, or ``(None, why)`` when ``text`` is not YAML this process can hold."""
+    try:
+        return yaml.load(text, Loader=_YAML_LOADER), None  # noqa: S506 - a safe loader
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        return None, "is not valid YAML" + (f" at line {mark.line + 1}" if mark is not None else "")
+    except RecursionError:
+        return None, "nests too deeply"
+    except (ValueError, OverflowError):  # e.g. an integer of more than 4300 digits
+        return None, "holds a number too large to read"
+
+
+def _parse_overrides(overrides: Any, problems: list[str]) -> list[tuple[str, Any]]:
     if not overrides:
         return []
     if isinstance(overrides, dict):
-        return list(overrides.items())
+        return [(str(key), value) for key, value in overrides.items()]
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    if not isinstance(overrides, (list, tuple)):
+        problems.append(f"config: overrides {shown(overrides)} must be a list of key=value strings or a dict")
+        return []
     pairs = []
     for item in overrides:
         try:
@@ -522,12 +677,9 @@ def _parse_overrides(overrides: list[str] | dict[str, Any] | None, problems: lis
 
 
 def _parse_yaml_mapping(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError([f"config: {where} is not valid YAML{at}"]) from None
+    data, problem = _safe_yaml(text)
+    if problem:
+        raise ConfigError([f"config: {where} {problem}"])
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -535,10 +687,43 @@ def _parse_yaml_mapping(text: str, where: str) -> dict[str, Any]:
     return data
 
 
+def _validate_tree(tree: dict[str, Any], problems: list[str]) -> tuple[JobConfig, set[str]]:
+    """The config for ``tree``; each bad value is reported (once), dropped to its default, and its key returned."""
+    bad: set[str] = set()
+    while True:
+        try:
+            return JobConfig.model_validate(tree), bad
+        except ValidationError as err:
+            found = [(key, line) for key, line in _pydantic_problems(err) if key not in bad]
+            if not found:  # nothing left to drop: report what pydantic says and use the defaults
+                return JobConfig(), bad
+            for key, line in found:
+                problems.append(line)
+                bad.add(key)
+                _drop_dotted(tree, key)
+
+
+def _lines(problems: list[str]) -> list[str]:
+    """Each problem once, on one line of at most ``MAX_PROBLEM_CHARS``."""
+    out = []
+    for problem in problems:
+        line = " ".join(str(problem).split())
+        if len(line) > MAX_PROBLEM_CHARS:
+            line = line[:MAX_PROBLEM_CHARS - 3] + "..."
+        if line not in out:
+            out.append(line)
+    return out
+
+
 # ---------------------------------------------------------------------------------- key helpers
 def all_keys() -> list[str]:
     """Every valid dotted key (leaves only)."""
-    return sorted(_leaf_keys(JobConfig))
+    return list(_all_keys())
+
+
+@functools.lru_cache(maxsize=1)
+def _all_keys() -> tuple[str, ...]:
+    return tuple(sorted(_leaf_keys(JobConfig)))
 
 
 def _leaf_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -556,6 +741,22 @@ def _section_type(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return None
+
+
+def _kind_of(annotation: Any) -> type | None:
+    if annotation in (bool, int, float):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, list, Annotated):
+        kinds = {kind for arg in typing.get_args(annotation) if (kind := _kind_of(arg)) is not None}
+        return kinds.pop() if len(kinds) == 1 else None
+    return None
+
+
+@functools.cache
+def _scalar_kind(model: type[BaseModel], name: str) -> type | None:
+    """``bool``, ``int`` or ``float`` for a key holding one of them (or None, or a list of them); else None."""
+    field = model.model_fields.get(name)
+    return None if field is None else _kind_of(field.annotation)
 
 
 def _set_dotted(tree: dict[str, Any], key: str, value: Any, problems: list[str]) -> None:
@@ -581,21 +782,33 @@ def _set_dotted(tree: dict[str, Any], key: str, value: Any, problems: list[str])
         node, model = child, sub
 
 
-def _unknown_keys(tree: dict[str, Any], model: type[BaseModel] = JobConfig, prefix: str = "") -> list[str]:
+def _drop_dotted(tree: dict[str, Any], key: str) -> None:
+    """Remove ``key`` from the nested ``tree`` (so it takes its default); a missing one is fine."""
+    *sections, leaf = key.split(".")
+    node: Any = tree
+    for part in sections:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(leaf, None)
+
+
+def _pop_unknown_keys(tree: dict[str, Any], model: type[BaseModel] = JobConfig, prefix: str = "") -> list[str]:
+    """One line per key ``model`` does not have, each removed from ``tree``."""
     found = []
-    for name, value in tree.items():
+    for name in list(tree):
         key = f"{prefix}{name}"
         if name not in model.model_fields:
             found.append(_unknown_key_message(key))
+            del tree[name]
             continue
         sub = _section_type(model.model_fields[name].annotation)
-        if sub is not None and isinstance(value, dict):
-            found.extend(_unknown_keys(value, sub, f"{key}."))
+        if sub is not None and isinstance(tree[name], dict):
+            found.extend(_pop_unknown_keys(tree[name], sub, f"{key}."))
     return found
 
 
 def _unknown_key_message(key: str) -> str:
-    return f"{key}: unknown key" + did_you_mean(key, all_keys())
+    return f"{key}: unknown key" + did_you_mean(key, _all_keys())
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -610,9 +823,6 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _allows_none(loc: tuple[Any, ...]) -> bool:
     """Whether the field at ``loc`` (a pydantic error location) may be null (off)."""
-    import types
-    import typing
-
     model: Any = JobConfig
     annotation: Any = None
     for part in loc:
@@ -625,25 +835,48 @@ def _allows_none(loc: tuple[Any, ...]) -> bool:
     return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
 
 
-def _pydantic_problems(err: ValidationError) -> list[str]:
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"]
-        if e["type"] in ("literal_error", "enum"):
+def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
+    """``(key, line)`` per key pydantic refused; a list's bad items share their key's line."""
+    lines: dict[str, str] = {}
+    for e in err.errors(include_url=False):
+        fields = tuple(p for p in e["loc"] if not isinstance(p, int))
+        items = [p for p in e["loc"] if isinstance(p, int)]
+        key = ".".join(str(p) for p in fields) or "config"
+        value = e.get("input")
+        msg = str(e["ctx"]["error"]) if e["type"] == "value_error" else e["msg"]
+        if msg.startswith(f"{key}: "):
+            line = msg  # a validator that words the whole line (the run-id rule)
+        elif e["type"] in ("literal_error", "enum"):
             allowed = msg.split("Input should be ", 1)[-1].replace("'", "").replace(" or ", ", ").split(", ")
-            lines.append(not_allowed(key, e.get("input"), allowed, none_ok=_allows_none(e["loc"])))
-            continue
-        elif msg.startswith("Input should be "):
-            msg = "not allowed; it should be " + msg[len("Input should be "):]
+            line = not_allowed(key, value, allowed, none_ok=_allows_none(fields))
+        elif e["type"] in ("model_type", "model_attributes_type", "dict_type"):
+            line = f"{key}: {shown(value)} is not allowed; it is a section: give a mapping of its keys"
         else:
-            msg = "not allowed: " + msg[0].lower() + msg[1:]
-        lines.append(f"{key}: {e.get('input')!r} is {msg}")
-    return lines
+            reason = ("it should be " + msg[len("Input should be "):] if msg.startswith("Input should be ")
+                      else msg[:1].lower() + msg[1:])
+            what = f"item {items[0]} ({shown(value)})" if items else shown(value)
+            line = f"{key}: {what} is not allowed; {reason}"
+        if key in lines:
+            if items and line.startswith(f"{key}: item"):
+                lines[key] += "; " + line[len(key) + 2:]
+            continue
+        lines[key] = line
+    return list(lines.items())
 
 
-def _registry_checks(cfg: JobConfig) -> list[str]:
+# ---------------------------------------------------------------------------------- checks
+def _reads_bad(keys: tuple[str, ...], bad: set[str]) -> bool:
+    """Whether a check reading ``keys`` (a section covers its keys) reads one that held a bad value."""
+    return any(b == k or b.startswith(k + ".") or k.startswith(b + ".") for k in keys for b in bad)
+
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
+
+
+def _registry_checks(cfg: JobConfig, skip: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
     """The names open to plug-ins: ``plugins:`` are imported first, then each name must be registered."""
+    if "plugins" in skip:
+        return []  # its line is there; names its modules register cannot be judged
     try:
         load_plugins(cfg.plugins)
     except PluginError as err:
@@ -652,60 +885,104 @@ def _registry_checks(cfg: JobConfig) -> list[str]:
     found = [not_allowed(registry.key, value, registry.names())
              for registry, value in ((ADVANTAGE_ESTIMATORS, a.advantage_estimator),
                                      (POLICY_LOSSES, a.policy_loss_type))
-             if value not in registry]
-    envs = environment_names()  # None: no skyrl-gym here, so only the cluster can tell
-    if envs is not None and cfg.environment.env_class not in envs:
-        found.append(not_allowed("environment.env_class", cfg.environment.env_class, envs))
+             if registry.key not in skip and value not in registry]
+    env = cfg.environment.env_class
+    envs = environment_names()  # None: no skyrl-gym here, so only the cluster knows its names
+    if "environment.env_class" in skip:
+        pass
+    elif envs is not None and env not in envs:
+        found.append(not_allowed("environment.env_class", env, envs))
+    elif envs is None and not _ENV_NAME_RE.match(env):
+        found.append(f"environment.env_class: {shown(env)} is not an environment name; use letters, digits, "
+                     "'_', '.', ':' or '-' (e.g. gsm8k)")
     return found
 
 
-def _cross_checks(cfg: JobConfig, *, check_files: bool) -> list[str]:
+def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozenset(),  # type: ignore[assignment]
+                  only: set[str] | None = None) -> list[str]:
+    """Checks across keys, and of the files and folders keys name.
+
+    A check that reads a key in ``skip`` is skipped; with ``only``, so is one that reads a key not in it.
+    """
     t, g, a = cfg.trainer, cfg.generator, cfg.trainer.algorithm
+    gae = a.advantage_estimator == AdvantageEstimator.GAE
+    checks: list[tuple[tuple[str, ...], Callable[[], list[str]]]] = [
+        (("trainer.policy_mini_batch_size", "trainer.train_batch_size"),
+         lambda: _mini_batch_problems("policy_mini_batch_size", t.policy_mini_batch_size, t.train_batch_size,
+                                      "it must be at most that")),
+        (("trainer.micro_train_batch_size_per_gpu", "trainer.policy_mini_batch_size", "generator.n_samples_per_prompt"),
+         lambda: _micro_batch_problems(cfg)),
+        (("trainer.algorithm.advantage_estimator", "generator.n_samples_per_prompt"),
+         lambda: [f"generator.n_samples_per_prompt: 1 gives {a.advantage_estimator} no group to compare within; "
+                  "use at least 2"] if a.advantage_estimator in GROUP_ESTIMATORS and g.n_samples_per_prompt < 2 else []),
+        (("trainer.algorithm.advantage_estimator", "trainer.critic_mini_batch_size", "trainer.train_batch_size",
+          "generator.n_samples_per_prompt", "trainer.micro_train_batch_size_per_gpu"),
+         lambda: _critic_checks(cfg) if gae else []),
+        (("trainer.resume_mode", "trainer.resume_path"),
+         lambda: [f"trainer.resume_path: {shown(t.resume_path)} is not allowed when trainer.resume_mode=from_path; "
+                  "give the global_step_N directory to resume from"]
+         if t.resume_mode == "from_path" and not t.resume_path else []),
+        (("trainer.algorithm.use_kl_loss", "trainer.algorithm.use_kl_in_reward"),
+         lambda: ["trainer.algorithm.use_kl_in_reward: true together with use_kl_loss=true counts KL twice; "
+                  "turn one off"] if a.use_kl_loss and a.use_kl_in_reward else []),
+        (("trainer.algorithm.dynamic_sampling.type", "trainer.algorithm.advantage_estimator"),
+         lambda: [f"trainer.algorithm.dynamic_sampling.type: {a.dynamic_sampling.type!r} needs a group estimator "
+                  f"(grpo, rloo), not {a.advantage_estimator!r}"]
+         if a.dynamic_sampling.type is not None and a.advantage_estimator not in GROUP_ESTIMATORS else []),
+        (("trainer.algorithm.overlong_buffer.len", "generator.sampling_params.max_generate_length"),
+         lambda: [f"trainer.algorithm.overlong_buffer.len: {a.overlong_buffer.len} must be smaller than "
+                  f"generator.sampling_params.max_generate_length={g.sampling_params.max_generate_length}"]
+         if a.overlong_buffer.len and a.overlong_buffer.len >= g.sampling_params.max_generate_length else []),
+        (("trainer.algorithm.off_policy_correction",), lambda: _off_policy_checks(a.off_policy_correction)),
+        (("data.train_data",),
+         lambda: [] if cfg.data.train_data else ["data.train_data: [] is empty; give at least one Parquet/JSONL file"]),
+        (("trainer.async_one_step", "trainer.fully_async.enabled", "trainer.placement.colocate_all"),
+         lambda: _async_placement_problems(cfg)),
+        (("data.train_data",), lambda: _data_file_problems("train_data", cfg.data.train_data, check_files)),
+        (("data.val_data",), lambda: _data_file_problems("val_data", cfg.data.val_data, check_files)),
+        (("trainer.policy.model.path",),
+         lambda: _model_path_problems("trainer.policy.model.path", t.policy.model.path, check_files)),
+        (("trainer.critic.model.path", "trainer.algorithm.advantage_estimator"),  # the same path as the policy's is fine
+         lambda: _model_path_problems("trainer.critic.model.path", t.critic.model.path, check_files)
+         if gae and t.critic.model.path != t.policy.model.path and t.critic.model.path is not None else []),
+        (("run.run_root",), lambda: _listed(run_root_problem(cfg.run.run_root, check_files=check_files))),
+        (("trainer.ckpt_path",),
+         lambda: _listed(None if t.ckpt_path is None
+                         else run_root_problem(t.ckpt_path, key="trainer.ckpt_path", check_files=check_files))),
+        (("trainer.resume_mode", "trainer.resume_path"), lambda: _resume_path_problems(cfg, check_files)),
+    ]
     found: list[str] = []
-    found += _mini_batch_problems("policy_mini_batch_size", t.policy_mini_batch_size, t.train_batch_size,
-                                  "it must be at most that")
+    for keys, check in checks:
+        if _reads_bad(keys, skip) or (only is not None and not all(_reads_bad((k,), only) for k in keys)):
+            continue
+        found.extend(check())
+    return found
+
+
+def _listed(problem: str | None) -> list[str]:
+    return [] if problem is None else [problem]
+
+
+def _micro_batch_problems(cfg: JobConfig) -> list[str]:
+    t, g = cfg.trainer, cfg.generator
     samples = t.policy_mini_batch_size * g.n_samples_per_prompt
     micro = t.micro_train_batch_size_per_gpu
     if micro > samples:
-        found.append(f"trainer.micro_train_batch_size_per_gpu: {micro} is larger than one mini-batch "
-                     f"({t.policy_mini_batch_size} prompts x {g.n_samples_per_prompt} samples = {samples})")
-    elif samples % micro:
-        found.append(f"trainer.micro_train_batch_size_per_gpu: {micro} does not divide one mini-batch of "
-                     f"{samples} samples (policy_mini_batch_size x n_samples_per_prompt)")
-    if a.advantage_estimator in GROUP_ESTIMATORS and g.n_samples_per_prompt < 2:
-        found.append(f"generator.n_samples_per_prompt: 1 gives {a.advantage_estimator} no group to "
-                     "compare within; use at least 2")
-    if a.advantage_estimator == AdvantageEstimator.GAE:
-        found.extend(_critic_checks(cfg))
-    if a.eps_clip_low >= 1:
-        found.append(f"trainer.algorithm.eps_clip_low: {a.eps_clip_low} must be below 1")
-    if t.resume_mode == "from_path" and not t.resume_path:
-        found.append("trainer.resume_path: None is not allowed when trainer.resume_mode=from_path; "
-                     "give the global_step_N directory to resume from")
-    if a.use_kl_loss and a.use_kl_in_reward:
-        found.append("trainer.algorithm.use_kl_in_reward: true together with use_kl_loss=true counts KL "
-                     "twice; turn one off")
-    if a.dynamic_sampling.type is not None and a.advantage_estimator not in GROUP_ESTIMATORS:
-        found.append(f"trainer.algorithm.dynamic_sampling.type: {a.dynamic_sampling.type!r} needs a "
-                     f"group estimator (grpo, rloo), not {a.advantage_estimator!r}")
-    if a.overlong_buffer.len >= g.sampling_params.max_generate_length and a.overlong_buffer.len:
-        found.append(f"trainer.algorithm.overlong_buffer.len: {a.overlong_buffer.len} must be smaller than "
-                     f"generator.sampling_params.max_generate_length={g.sampling_params.max_generate_length}")
-    found.extend(_off_policy_checks(a.off_policy_correction))
-    if not cfg.trainer.policy.model.path:
-        found.append("trainer.policy.model.path: None is not allowed; give a local Hugging Face model "
-                     f"directory or {BUILTIN_MODELS[0]}")
-    if not cfg.data.train_data:
-        found.append("data.train_data: [] is empty; give at least one Parquet/JSONL file")
-    if not math.isfinite(t.policy.optimizer_config.lr):
-        found.append(f"trainer.policy.optimizer_config.lr: {t.policy.optimizer_config.lr} must be finite")
-    if (t.async_one_step or t.fully_async.enabled) and t.placement.colocate_all:
-        which = "trainer.fully_async.enabled" if t.fully_async.enabled else "trainer.async_one_step"
-        found.append(f"trainer.placement.colocate_all: true is not allowed with {which}=true (generation "
-                     "overlaps training, so they need their own devices); allowed: false")
-    if check_files:
-        found.extend(_file_checks(cfg))
-    return found
+        return [f"trainer.micro_train_batch_size_per_gpu: {micro} is larger than one mini-batch "
+                f"({t.policy_mini_batch_size} prompts x {g.n_samples_per_prompt} samples = {samples})"]
+    if samples % micro:
+        return [f"trainer.micro_train_batch_size_per_gpu: {micro} does not divide one mini-batch of "
+                f"{samples} samples (policy_mini_batch_size x n_samples_per_prompt)"]
+    return []
+
+
+def _async_placement_problems(cfg: JobConfig) -> list[str]:
+    t = cfg.trainer
+    if not ((t.async_one_step or t.fully_async.enabled) and t.placement.colocate_all):
+        return []
+    which = "trainer.fully_async.enabled" if t.fully_async.enabled else "trainer.async_one_step"
+    return [f"trainer.placement.colocate_all: true is not allowed with {which}=true (generation "
+            "overlaps training, so they need their own devices); allowed: false"]
 
 
 def _off_policy_checks(c: OffPolicyCorrectionConfig) -> list[str]:
@@ -742,33 +1019,53 @@ def _critic_checks(cfg: JobConfig) -> list[str]:
     return found
 
 
-def _file_checks(cfg: JobConfig) -> list[str]:
+def _local_path(text: str) -> Path | None:
+    """``text`` as a local path (``~`` expanded), None when no file can have that name (a NUL byte)."""
+    return None if "\x00" in text else Path(os.path.expanduser(text))
+
+
+def _data_file_problems(key: str, items: list[str], check_files: bool) -> list[str]:
     found = []
-    for key in ("train_data", "val_data"):
-        for item in getattr(cfg.data, key):
-            if item.startswith(BUILTIN_PREFIX):
-                if item not in BUILTIN_DATASETS:
-                    found.append(f"data.{key}: {item!r} is not a built-in dataset; allowed: "
-                                 f"{', '.join(BUILTIN_DATASETS)}")
-                continue
-            path = Path(os.path.expanduser(item))
-            if not path.is_file():
-                found.append(f"data.{key}: file {item!r} does not exist")
-            elif path.suffix not in (".parquet", ".jsonl", ".json"):
-                found.append(f"data.{key}: {item!r} has suffix {path.suffix!r}; allowed: .parquet, .jsonl, .json")
-    model = cfg.trainer.policy.model.path
-    if model:
-        if model.startswith(BUILTIN_PREFIX):
-            if model not in BUILTIN_MODELS:
-                found.append(f"trainer.policy.model.path: {model!r} is not a built-in model; allowed: "
-                             f"{', '.join(BUILTIN_MODELS)}")
-        elif not (Path(os.path.expanduser(model)) / "config.json").is_file():
-            found.append(f"trainer.policy.model.path: {model!r} is not a local Hugging Face model directory "
-                         "(no config.json there); models cannot be downloaded on the cluster")
-    if cfg.trainer.resume_mode == "from_path" and cfg.trainer.resume_path:
-        if not Path(os.path.expanduser(cfg.trainer.resume_path)).is_dir():
-            found.append(f"trainer.resume_path: {cfg.trainer.resume_path!r} is not a directory")
+    for item in items:
+        if item.startswith(BUILTIN_PREFIX):
+            if item not in BUILTIN_DATASETS:
+                found.append(f"data.{key}: {shown(item)} is not a built-in dataset; allowed: "
+                             f"{', '.join(BUILTIN_DATASETS)}")
+            continue
+        path = _local_path(item)
+        if not check_files:
+            continue
+        if path is None or not path.is_file():
+            found.append(f"data.{key}: file {shown(item)} does not exist")
+        elif path.suffix not in (".parquet", ".jsonl", ".json"):
+            found.append(f"data.{key}: {shown(item)} has suffix {path.suffix!r}; allowed: .parquet, .jsonl, .json")
     return found
+
+
+def _model_path_problems(key: str, model: str | None, check_files: bool) -> list[str]:
+    """A model key names a built-in model or a local Hugging Face directory (the cluster downloads nothing)."""
+    if not model:
+        return [f"{key}: {shown(model)} is not allowed; give a local Hugging Face model directory or "
+                f"{BUILTIN_MODELS[0]}"]
+    if model.startswith(BUILTIN_PREFIX):
+        if model not in BUILTIN_MODELS:
+            return [f"{key}: {shown(model)} is not a built-in model; allowed: {', '.join(BUILTIN_MODELS)}"]
+        return []
+    path = _local_path(model)
+    if check_files and (path is None or not (path / "config.json").is_file()):
+        return [f"{key}: {shown(model)} is not a local Hugging Face model directory (no config.json there); "
+                "models cannot be downloaded on the cluster"]
+    return []
+
+
+def _resume_path_problems(cfg: JobConfig, check_files: bool) -> list[str]:
+    resume = cfg.trainer.resume_path
+    if not check_files or cfg.trainer.resume_mode != "from_path" or not resume:
+        return []
+    path = _local_path(resume)
+    if path is None or not path.is_dir():
+        return [f"trainer.resume_path: {shown(resume)} is not a directory"]
+    return []
 
 
 def _dotted_table_html(flat: dict[str, Any]) -> str:

@@ -119,3 +119,33 @@ def renice_group(pgid: int, value: int) -> None:
     """Set the niceness of every process in process group ``pgid`` (and only those)."""
     for pid in process_group(pgid):
         nice(pid, value)
+
+
+def max_pid() -> int:
+    """The largest process id this machine hands out (``/proc/sys/kernel/pid_max``; 4194304 when unknown)."""
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return 4194304  # Linux's ceiling on 64-bit machines: the worst case
+
+
+def can_see_processes() -> bool:
+    """Whether this machine has a ``/proc`` to answer :func:`started_at` (Linux: yes; macOS: no)."""
+    return _proc("self").is_dir()
+
+
+def started_at(pid: Pid) -> float | None:
+    """When ``pid`` started (unix seconds, to about a second), or None when it is gone or a zombie.
+
+    Compare it with a time the process itself wrote (a heartbeat) to tell it from a later process that
+    was given the same pid.
+    """
+    try:
+        fields = (_proc(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent
+        return None
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")

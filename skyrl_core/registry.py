@@ -31,6 +31,7 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import reprlib
 import sys
 from collections.abc import Callable, Iterable
 from types import ModuleType
@@ -51,7 +52,28 @@ __all__ = [
     "register_advantage_estimator",
     "register_environment",
     "register_policy_loss",
+    "shown",
 ]
+
+# Values in messages are shown the way repr shows them, cut short: a YAML alias bomb in a 300-character
+# override expands to megabytes of repr, and a message is one line for a person.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict, _SHOWN.maxset = 2, 4, 4, 3, 4
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 120, 60, 40  # room for a path
+_MAX_NAME_CHARS = 100  # longer words get no "did you mean": difflib is quadratic in their length
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for a one-line message, abbreviated with ``...`` when long or deeply nested.
+
+    >>> shown("abc"), shown(list(range(100)))
+    ("'abc'", '[0, 1, 2, 3, ...]')
+    """
+    try:
+        text = _SHOWN.repr(value)
+    except Exception:  # noqa: BLE001 - a repr that raises (an int over 4300 digits, a user's object)
+        text = f"<an int of {value.bit_length()} bits>" if isinstance(value, int) else f"<{type(value).__name__}>"
+    return text if len(text) <= 140 else text[:137] + "..."
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -60,6 +82,8 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     A dotted word matches a choice with the same last part first: ``trainer.lr`` → the one key whose
     last part is ``lr``.
     """
+    if not isinstance(word, str) or len(word) > _MAX_NAME_CHARS:
+        return ""
     choices = list(choices)
     leaf = word.rsplit(".", 1)[-1]
     same_leaf = [c for c in choices if c.rsplit(".", 1)[-1] == leaf and c != word]
@@ -73,8 +97,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 def not_allowed(key: str, value: Any, allowed: Iterable[str], *, none_ok: bool = False) -> str:
     """The one line for a value outside a choice: ``key: 'x' is not allowed; allowed: a, b (did you mean 'a'?)``."""
     allowed = list(allowed)
-    shown = (["null (off)"] if none_ok else []) + allowed
-    return f"{key}: {value!r} is not allowed; allowed: {', '.join(shown)}" + did_you_mean(str(value), allowed)
+    listed = (["null (off)"] if none_ok else []) + allowed
+    hint = did_you_mean(value, allowed) if isinstance(value, str) else ""
+    return f"{key}: {shown(value)} is not allowed; allowed: {', '.join(listed)}" + hint
 
 
 class PluginError(ValueError):
@@ -242,6 +267,8 @@ def load_plugins(modules: Iterable[str]) -> list[ModuleType]:
         try:
             loaded.append(importlib.import_module(name))
         except Exception as err:  # noqa: BLE001 - any failure while importing a user's module
-            raise PluginError(f"plugins: {name!r} could not be imported ({type(err).__name__}: {err}); give an "
-                              "importable module name (on sys.path here, shipped to the cluster by launch)") from None
+            reason = " ".join(f"{type(err).__name__}: {err}".split())
+            reason = reason if len(reason) <= 120 else reason[:117] + "..."
+            raise PluginError(f"plugins: {shown(name)} could not be imported ({reason}); give an importable "
+                              "module name (on sys.path here, shipped to the cluster by launch)") from None
     return loaded

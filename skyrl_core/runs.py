@@ -12,6 +12,11 @@ Layout of one run (``<run_root>/<run_id>/``)::
 Writers append and flush per step and replace whole files atomically (temp file + rename). Readers
 tail by byte offset, ignore a torn last line and never hold the whole history in memory. pandas and
 pyarrow are imported only by the functions that need them.
+
+Readers survive damaged files (a disk that filled up, a copy cut short, a hand edit): a status.json
+that is not a JSON object shows the run as ``damaged``, a metrics or events line that is not a JSON
+object and a trajectory part that is not Parquet are skipped; each is reported once, as a line in
+``RunReader.warnings``, and never raised.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,7 @@ from typing import Any
 import yaml
 
 from skyrl_core.choices import FINAL_STATES, RunState, values
+from skyrl_core.registry import shown
 
 STATES = values(RunState)
 REWARD_KEY = "reward/avg_raw_reward"
@@ -42,6 +48,11 @@ _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 
 #: A running job whose heartbeat is older than this (seconds) is reported as lost.
 HEARTBEAT_STALE_S = 120.0
+
+DAMAGED = "damaged"
+"""The state readers show for a run whose status.json cannot be read (not UTF-8, not JSON, not an
+object, or an unknown state); its metrics and trajectories are still read. Like ``lost`` it is the
+readers' word: the engine never writes it."""
 
 
 def part_name(step: int) -> str:
@@ -63,6 +74,38 @@ def run_id_problem(run_id: object) -> str | None:
             "(at most 100, starting with a letter or digit)")
 
 
+def run_root_problem(run_root: object, *, key: str = "run.run_root", check_files: bool = True) -> str | None:
+    """The one-line problem with a folder runs are written under, or None when launch can use it.
+
+    The rule for ``run.run_root`` (and ``trainer.ckpt_path``): text without NUL bytes, absolute once
+    ``~`` is expanded (the job runs in another working directory, maybe on another machine); with
+    ``check_files``, not a file, and its nearest existing folder one this process may write in (launch
+    writes the run's config and status there before submitting).
+
+    >>> run_root_problem("runs")
+    "run.run_root: 'runs' must be an absolute path the cluster can see (e.g. ~/skyrl-runs)"
+    """
+    rule = "must be an absolute path the cluster can see (e.g. ~/skyrl-runs)"
+    if not isinstance(run_root, str) or not run_root.strip():
+        return f"{key}: {shown(run_root)} is not allowed; it {rule}"
+    if "\x00" in run_root:
+        return f"{key}: {shown(run_root)} contains a NUL byte; it {rule}"
+    path = Path(os.path.expanduser(run_root))
+    if not path.is_absolute():
+        return f"{key}: {shown(run_root)} {rule}"
+    if not check_files:
+        return None
+    existing = path
+    while not os.path.exists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not os.path.isdir(existing):
+        which = "it is" if existing == path else f"{shown(str(existing))} is"
+        return f"{key}: {shown(run_root)} is not allowed: {which} a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{key}: {shown(run_root)} is not allowed: this user cannot write in {shown(str(existing))}"
+    return None
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Replace ``path`` with ``text`` atomically (temp file in the same folder, fsync, rename)."""
     path = Path(path)
@@ -79,6 +122,61 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 def _new_status() -> dict[str, Any]:
     return {"state": RunState.PENDING.value, "step": 0, "total_steps": None, "heartbeat": None,
             "started_at": None, "ended_at": None, "error": None, "pid": None}
+
+
+class DamagedFile(ValueError):
+    """A run-store file that cannot be read as what it should be; the message is one line naming it."""
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# status.json's fields and what each must hold (None is always allowed)
+_STATUS_FIELDS: dict[str, Any] = {
+    "state": lambda v: v in STATES, "step": _is_count, "total_steps": _is_count, "heartbeat": _is_number,
+    "started_at": _is_number, "ended_at": _is_number, "error": lambda v: isinstance(v, str), "pid": _is_count,
+}
+
+
+def _json_object(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """``(object, None)`` for bytes holding one JSON object, else ``(None, what is wrong)``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return None, f"is not UTF-8 (byte 0x{data[err.start]:02x} at offset {err.start})"
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # JSONDecodeError, or a number too long to read
+        return None, "is not JSON" if text.strip() else "is empty"
+    if not isinstance(value, dict):
+        return None, f"is JSON but not an object ({shown(value)})"
+    return value, None
+
+
+def _read_status(path: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """``(status, problems)``: None when status.json is missing or damaged (problems say which); a field
+    holding the wrong kind of value is reset to its default, with a problem line."""
+    try:
+        raw, why = _json_object(path.read_bytes())
+    except FileNotFoundError:
+        return None, []
+    except OSError as err:
+        raw, why = None, f"cannot be read ({err.strerror or err})"
+    if raw is None:
+        return None, [f"status.json {why}"]
+    status, problems = _new_status(), []
+    for name, value in raw.items():
+        allowed = _STATUS_FIELDS.get(name)
+        if value is None or allowed is None or allowed(value):
+            status[name] = value
+        else:
+            problems.append(f"status.json: {name} = {shown(value)} is not allowed; ignored")
+    return status, problems
 
 
 def _json_default(value: Any) -> Any:
@@ -108,7 +206,12 @@ class RunWriter:
         self.trajectory_dir = self.run_dir / "trajectories"
         self.trajectory_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "checkpoints").mkdir(exist_ok=True)
-        self._status: dict[str, Any] = _read_json(self.run_dir / "status.json") or _new_status()
+        status, problems = _read_status(self.run_dir / "status.json")
+        self._status: dict[str, Any] = status or _new_status()
+        #: what was wrong with the files found here (also logged as ``warning`` events)
+        self.warnings: list[str] = []
+        for problem in problems:
+            self._warn(problem + ("" if status else "; starting a fresh status"))
 
     def write_config(self, config: Any) -> Path:
         """Save the resolved config (a JobConfig or a plain dict) as config.yaml."""
@@ -173,26 +276,44 @@ class RunWriter:
         return path
 
     def truncate_after(self, step: int) -> None:
-        """Forget everything logged after ``step``: used when a run resumes from a checkpoint."""
+        """Forget everything logged after ``step``: used when a run resumes from a checkpoint.
+
+        Kept lines stay byte for byte (a reader knows them by step and time, see ``RunReader.poll``);
+        lines that are not JSON objects (a torn line from a killed writer, damage) are dropped, and
+        the drop is logged as a ``warning`` event.
+        """
+        dropped = []
         for name in ("metrics.jsonl", "events.jsonl"):
             path = self.run_dir / name
-            if not path.exists():
+            try:
+                lines = path.read_bytes().split(b"\n")
+            except FileNotFoundError:
                 continue
-            kept = []
-            for line in path.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn line from a killed writer
-                # events without a step (started, error, ...) are history worth keeping
-                if (row.get("step") or 0) <= step:
-                    kept.append(json.dumps(row, default=_json_default))
-            atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+            kept, bad = [], 0
+            for line in lines:
+                if not line.strip():
+                    continue
+                row, _why = _json_object(line)
+                # events without a step (started, error, ...) are history worth keeping; a metric row needs one
+                row_step = None if row is None else row.get("step")
+                if row is None or (name == "metrics.jsonl" and not _is_count(row_step)):
+                    bad += 1
+                elif not _is_count(row_step) or row_step <= step:
+                    kept.append(line.decode("utf-8") + "\n")
+            atomic_write_text(path, "".join(kept))
+            if bad:
+                dropped.append(f"{name}: {bad} damaged line(s) dropped by the resume")
         for part in self.trajectory_dir.iterdir():
             part_of = part_step(part.name)
             if (part_of is not None and part_of > step) or part.name.endswith(".tmp"):
                 part.unlink(missing_ok=True)
         self._status["step"] = step
+        for problem in dropped:
+            self._warn(problem)
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        self.log_event("warning", message=message)
 
     def _append(self, path: Path, row: dict[str, Any]) -> None:
         line = json.dumps(row, default=_json_default)
@@ -203,42 +324,68 @@ class RunWriter:
 
 # ---------------------------------------------------------------------------------- reader
 class _Tail:
-    """Reads complete new lines of a growing JSONL file from a remembered byte offset."""
+    """Reads complete new lines of a growing JSONL file from a remembered byte offset.
 
-    def __init__(self, path: Path):
+    A line that is not a JSON object (or, with ``need_step``, has no step) is skipped and reported
+    through ``warn``. A rewrite (a resume's ``truncate_after``: a new inode or a shorter file) is read
+    again from the start, skipping rows already returned, known by their ``(step, time)``: a kept row
+    is never returned twice. Rows a resume writes for steps returned before are new data (the steps
+    were trained again) and are returned; readers let a step's later row replace its earlier one, as
+    ``skyrl_nb.dashboard.RunSeries`` does.
+    """
+
+    def __init__(self, path: Path, warn: Callable[[str], None], *, need_step: bool = False):
         self.path = path
         self.offset = 0
         self._inode: int | None = None
+        self._line = 0  # lines read so far, for messages
+        self._returned: set[tuple[Any, float]] = set()
+        self._warn = warn
+        self._need_step = need_step
 
     def read_new(self) -> list[dict[str, Any]]:
         try:
             st = self.path.stat()
+            if self._inode is not None and (st.st_ino != self._inode or st.st_size < self.offset):
+                self.offset, self._line = 0, 0  # the file was rewritten (a resume truncated it)
+            self._inode = st.st_ino
+            if st.st_size == self.offset:
+                return []
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                chunk = f.read(st.st_size - self.offset)
         except FileNotFoundError:
             return []
-        if self._inode is not None and (st.st_ino != self._inode or st.st_size < self.offset):
-            self.offset = 0  # the file was rewritten (a resume truncated it): start over
-        self._inode = st.st_ino
-        if st.st_size == self.offset:
+        except OSError as err:
+            self._warn(f"{self.path.name} cannot be read ({err.strerror or err}); skipped")
             return []
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            chunk = f.read(st.st_size - self.offset)
         end = chunk.rfind(b"\n")
         if end < 0:
             return []  # only a torn (still being written) line so far
         self.offset += end + 1
         rows = []
-        for line in chunk[: end + 1].splitlines():
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
+        for line in chunk[:end].split(b"\n"):
+            self._line += 1
+            if not line.strip():
+                continue
+            row, why = _json_object(line)
+            if row is None or (self._need_step and not _is_count(row.get("step"))):
+                why = why or f"has no step ({shown(row.get('step') if row else None)})"
+                self._warn(f"{self.path.name} line {self._line} {why}; skipped")
+                continue
+            step, stamp = row.get("step"), row.get("time")
+            if _is_number(stamp) and (step is None or _is_count(step)):
+                if (step, stamp) in self._returned:
                     continue
+                self._returned.add((step, stamp))
+            rows.append(row)
         return rows
 
 
 class RunReader:
     """Reads one run directory, incrementally. ``poll()`` returns only rows written since the last call.
+
+    Damaged files never raise: what was skipped is in ``warnings``, one line each, reported once.
 
     >>> run = RunReader("~/skyrl-runs/my-run")      # doctest: +SKIP
     >>> run.status()["state"], len(run.metrics())    # doctest: +SKIP
@@ -246,8 +393,17 @@ class RunReader:
 
     def __init__(self, run_dir: str | os.PathLike[str]):
         self.run_dir = Path(run_dir).expanduser()
-        self._metrics_tail = _Tail(self.run_dir / "metrics.jsonl")
-        self._events_tail = _Tail(self.run_dir / "events.jsonl")
+        #: one line per damaged file or line skipped so far (``status.json is not JSON; ...``)
+        self.warnings: list[str] = []
+        self._metrics_tail = self._tail("metrics.jsonl")
+        self._events_tail = self._tail("events.jsonl")
+
+    def _tail(self, name: str) -> _Tail:
+        return _Tail(self.run_dir / name, self._warn, need_step=name == "metrics.jsonl")
+
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
 
     @property
     def run_id(self) -> str:
@@ -257,18 +413,42 @@ class RunReader:
         return (self.run_dir / "status.json").exists() or (self.run_dir / "config.yaml").exists()
 
     def config(self) -> dict[str, Any]:
+        """config.yaml as a dict; ``{}`` (and a warning) when it is missing or damaged."""
         path = self.run_dir / "config.yaml"
-        return yaml.safe_load(path.read_text()) if path.exists() else {}
+        try:
+            data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, yaml.YAMLError, RecursionError) as err:
+            self._warn(f"config.yaml cannot be read ({type(err).__name__}); skipped")
+            return {}
+        if not isinstance(data, dict):
+            self._warn(f"config.yaml is not a mapping ({shown(data)}); skipped")
+            return {}
+        return data
 
     def status(self) -> dict[str, Any]:
-        """status.json, with ``lost: True`` added when a running job's heartbeat went stale."""
-        status = _read_json(self.run_dir / "status.json") or {"state": "pending", "step": 0, "total_steps": None}
+        """status.json, with ``lost: True`` added when a running job's heartbeat went stale.
+
+        A status.json that cannot be read gives state ``damaged`` (``DAMAGED``); ``warnings`` says why.
+        """
+        status, problems = _read_status(self.run_dir / "status.json")
+        for problem in problems:
+            self._warn(problem + ("; skipped" if status else f"; the run is shown as {DAMAGED}"))
+        if status is None:
+            status = _new_status()
+            if problems:
+                status["state"] = DAMAGED
         beat = status.get("heartbeat")
         status["lost"] = bool(status.get("state") == "running" and beat and time.time() - beat > HEARTBEAT_STALE_S)
         return status
 
     def poll(self) -> list[dict[str, Any]]:
-        """New metric rows since the previous poll (a torn last line is left for next time)."""
+        """New metric rows since the previous poll (a torn last line is left for next time).
+
+        After a resume rewrote metrics.jsonl, rows returned before are not returned again; rows for
+        steps the resume trained again are (see ``_Tail``).
+        """
         return self._metrics_tail.read_new()
 
     def poll_events(self) -> list[dict[str, Any]]:
@@ -276,10 +456,10 @@ class RunReader:
 
     def metrics(self) -> list[dict[str, Any]]:
         """Every metric row, re-read from disk."""
-        return _Tail(self.run_dir / "metrics.jsonl").read_new()
+        return self._tail("metrics.jsonl").read_new()
 
     def events(self) -> list[dict[str, Any]]:
-        return _Tail(self.run_dir / "events.jsonl").read_new()
+        return self._tail("events.jsonl").read_new()
 
     def metrics_frame(self):
         """All metric rows as a pandas DataFrame indexed by step."""
@@ -299,31 +479,38 @@ class RunReader:
         return self.run_dir / "trajectories" / part_name(step)
 
     def trajectories(self, step: int, columns: Iterable[str] | None = None):
-        """The rows of one step's part as a DataFrame (only ``columns`` when given)."""
-        import pyarrow.parquet as pq
+        """The rows of one step's part as a DataFrame (only ``columns`` when given).
+
+        FileNotFoundError when the step has no part; an empty frame (and a warning) when it is damaged.
+        """
+        import pandas as pd
 
         path = self.trajectory_path(step)
         if not path.exists():
             raise FileNotFoundError(f"step {step}: no trajectory part at {path}; "
                                     f"steps with parts: {_span(self.trajectory_steps())}")
-        schema_names = pq.read_schema(path).names
-        cols = None if columns is None else [c for c in columns if c in schema_names]
-        return pq.read_table(path, columns=cols).to_pandas()
+        try:
+            return read_part(path, columns).to_pandas()
+        except DamagedFile as err:
+            self._warn(f"{err}; skipped")
+            return pd.DataFrame()
 
     def summary(self) -> RunSummary:
         status = self.status()
         last: dict[str, Any] = {}
         for row in self.metrics()[-1:]:
             last = row
+        reward = last.get(REWARD_KEY)
         return RunSummary(
             run_id=self.run_id,
             path=str(self.run_dir),
             state="lost" if status.get("lost") else status.get("state", "pending"),
             step=int(status.get("step") or last.get("step") or 0),
             total_steps=status.get("total_steps"),
-            last_reward=last.get(REWARD_KEY),
+            last_reward=reward if _is_number(reward) else None,
             error=status.get("error"),
             started_at=status.get("started_at"),
+            warnings=tuple(self.warnings),
         )
 
     def __repr__(self) -> str:
@@ -332,6 +519,27 @@ class RunReader:
 
     def _repr_html_(self) -> str:
         return self.summary()._repr_html_()
+
+
+def read_part(path: str | os.PathLike[str], columns: Iterable[str] | None = None):
+    """One trajectory part as a pyarrow Table, with only those of ``columns`` it has (all when None).
+
+    FileNotFoundError when it is missing; :class:`DamagedFile` (one line naming it) when it is not a
+    readable Parquet file (0 bytes, cut short, overwritten).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    try:
+        part = pq.ParquetFile(path)
+        names = part.schema_arrow.names
+        return part.read(columns=None if columns is None else [c for c in columns if c in names])
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as err:
+        reason = " ".join(str(err).split())[:100] or type(err).__name__
+        raise DamagedFile(f"trajectories/{path.name} is not a readable Parquet file ({reason})") from None
 
 
 @dataclass(frozen=True)
@@ -346,16 +554,21 @@ class RunSummary:
     last_reward: float | None
     error: str | None = None
     started_at: float | None = None
+    warnings: tuple[str, ...] = ()
+    """What the reader skipped (damaged files or lines), one line each."""
 
     def __str__(self) -> str:
         reward = "-" if self.last_reward is None else f"{self.last_reward:.3f}"
-        return f"{self.run_id:<28} {self.state:<10} {self.step:>5}/{self.total_steps or '?':<5} reward {reward}"
+        skipped = f"  ({len(self.warnings)} skipped: {self.warnings[0][:80]})" if self.warnings else ""
+        return (f"{self.run_id:<28} {self.state:<10} {self.step:>5}/{self.total_steps or '?':<5} "
+                f"reward {reward}{skipped}")
 
     def _repr_html_(self) -> str:
         colour = {"running": "#1f77b4", "succeeded": "#2ca02c", "failed": "#d62728",
-                  "stopped": "#7f7f7f", "lost": "#ff7f0e"}.get(self.state, "#555")
+                  "stopped": "#7f7f7f", "lost": "#ff7f0e", DAMAGED: "#8c564b"}.get(self.state, "#555")
         reward = "-" if self.last_reward is None else f"{self.last_reward:.3f}"
         err = f"<br><small>{html.escape(self.error.splitlines()[-1])}</small>" if self.error else ""
+        err += "".join(f"<br><small>skipped: {html.escape(w)}</small>" for w in self.warnings[:3])
         return (f"<div><b>{html.escape(self.run_id)}</b> <span style='color:{colour}'>{self.state}</span> "
                 f"step {self.step}/{self.total_steps or '?'} &middot; reward {reward}{err}</div>")
 
@@ -391,7 +604,11 @@ open = open_run  # noqa: A001
 
 
 def list_runs(run_root: str | os.PathLike[str] = "~/skyrl-runs") -> RunList:
-    """Every run under ``run_root``, newest first, with state, steps and last reward."""
+    """Every run under ``run_root``, newest first, with state, steps and last reward.
+
+    A run with damaged files is listed with what could be read: state ``damaged`` when its status.json
+    cannot be read, and what was skipped in its ``warnings``.
+    """
     root = Path(run_root).expanduser()
     if not root.is_dir():
         return RunList()
@@ -399,13 +616,6 @@ def list_runs(run_root: str | os.PathLike[str] = "~/skyrl-runs") -> RunList:
     summaries = [r.summary() for r in readers if r.exists()]
     summaries.sort(key=lambda s: s.started_at or 0, reverse=True)
     return RunList(summaries)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 def _span(steps: list[int]) -> str:

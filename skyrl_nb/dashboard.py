@@ -28,7 +28,7 @@ from typing import Any
 
 from skyrl_core.choices import FINAL_STATES, RunState
 from skyrl_core.frontend import widget_frontend
-from skyrl_nb.jobs import run_state
+from skyrl_nb.jobs import LOST
 
 __all__ = ["Dashboard", "RunSeries", "dashboard", "open_inspector", "widget_frontend"]
 
@@ -152,6 +152,7 @@ class Dashboard:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._job_checked = 0.0
+        self._job_verdict: tuple[str, str | None] | None = None  # (state, error) once Ray says the job ended
         self._display_handle: Any = None
         self._widget: Any = None
         self._charts: dict[str, Any] = {}
@@ -167,8 +168,8 @@ class Dashboard:
 
     @property
     def finished(self) -> bool:
-        """Whether the run reached a final state."""
-        return self.state in FINAL_STATES
+        """Whether the run reached a final state (or is `lost` and its job is known to be dead)."""
+        return self.state in FINAL_STATES or (self.state == LOST and self._job_verdict is not None)
 
     def refresh(self) -> int:
         """Read what is new in the run store (and the job's state); returns the new metric rows."""
@@ -177,35 +178,46 @@ class Dashboard:
             self.series.add_rows(rows)
             self.series.add_events(self.reader.poll_events())
             status = self.reader.status()
-            self.state = "lost" if status.get("lost") else str(status.get("state", RunState.PENDING))
+            self.state = LOST if status.get("lost") else str(status.get("state", RunState.PENDING))
             self.step = int(status.get("step") or (self.series.data["step"][-1] if self.series.data["step"] else 0))
             self.total_steps = status.get("total_steps") or self.total_steps
             self.error = status.get("error") or self.error
-            self._check_job()
+            if self.state not in FINAL_STATES:
+                self._check_job()
+                if self._job_verdict is not None:  # the run store has not caught up with Ray: Ray wins
+                    self.state, error = self._job_verdict
+                    self.error = self.error or error
             self._render()
             return len(rows)
 
     def _check_job(self) -> None:
-        """When the job ended without the engine saying so (crash at import, stop), trust Ray."""
-        if self.job is None or self.finished or time.monotonic() - self._job_checked < 2.0:
+        """Ask Ray (every 2 s) whether the job ended without the engine saying so: a crash at import,
+        a stop, a kill -9 (`lost`, see `Job.status`). Its verdict then overrides the run store's."""
+        if self.job is None or self._job_verdict is not None or time.monotonic() - self._job_checked < 2.0:
             return
         self._job_checked = time.monotonic()
         try:
-            info = self.job.info()
+            state, why = self.job.status_detail()
         except Exception:
             return
-        ray_state = run_state(info.status)
-        live = (RunState.PENDING, RunState.RUNNING)
-        if ray_state in (RunState.FAILED, RunState.STOPPED) or (ray_state == RunState.SUCCEEDED and self.state in live):
-            self.state = ray_state
-            if ray_state == RunState.FAILED and not self.error:
-                self.error = info.message or "the job failed"
-                try:
-                    tail = self.job.logs(tail=1).strip()
-                    if tail:
-                        self.error = tail
-                except Exception:
-                    pass
+        if state == RunState.SUCCEEDED and self.state in (RunState.PENDING, RunState.RUNNING, LOST):
+            self._job_verdict = (state, None)
+        elif state == LOST:
+            self._job_verdict = (state, why)
+        elif state == RunState.STOPPED:
+            self._job_verdict = (state, None)
+        elif state == RunState.FAILED:
+            error = why or "the job failed"
+            try:
+                error = self.job.logs(tail=1).strip() or error
+            except Exception:
+                pass
+            self._job_verdict = (state, error)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the run reader skipped (a damaged status.json, metrics line, ...), one line each."""
+        return list(self.reader.warnings)
 
     def eta_s(self) -> float | None:
         """Seconds left at the recent pace, or None when unknown."""
@@ -218,8 +230,11 @@ class Dashboard:
         """One line: run id, state, step / total, reward first -> last."""
         r = [v for v in self.series.data["reward_mean"] if v is not None]
         reward = f", reward {r[0]:.3f} -> {r[-1]:.3f}" if r else ""
-        err = f", error: {str(self.error).strip().splitlines()[-1][:120]}" if self.error else ""
-        return f"{self.reader.run_id}: {self.state}, step {self.step}/{self.total_steps or '?'}{reward}{err}"
+        err = f", error: {str(self.error).strip().splitlines()[-1][:120]}" if str(self.error or "").strip() else ""
+        found = self.reader.warnings
+        more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+        skipped = f", skipped: {found[0][:120]}{more}" if found else ""
+        return f"{self.reader.run_id}: {self.state}, step {self.step}/{self.total_steps or '?'}{reward}{err}{skipped}"
 
     # -- following ----------------------------------------------------------------------------
 
@@ -336,7 +351,8 @@ class Dashboard:
         from skyrl_widgets.charts import update_charts
         from skyrl_widgets.dashboard import progress_html
 
-        self._header.value = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error)
+        self._header.value = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error,
+                                           self.reader.warnings)
         self._progress.max = max(1, self.total_steps or self.step or 1)
         self._progress.value = min(self.step, self._progress.max)
         self._progress.bar_style = {"succeeded": "success", "failed": "danger"}.get(self.state, "info")
@@ -381,7 +397,8 @@ class Dashboard:
         from skyrl_widgets.dashboard import progress_html
 
         # Front ends without widgets show the header line instead of the widget.
-        bundle["text/html"] = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error)
+        bundle["text/html"] = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error,
+                                            self.reader.warnings)
         self.start()
         return bundle
 

@@ -115,13 +115,9 @@ class ConfigForm:
 
     def validate(self) -> list[str]:
         """Re-check the form; shows messages beside fields and returns every problem ([] when valid)."""
-        from skyrl_core.config import ConfigError, load_config
+        from skyrl_core.config import config_problems
 
-        try:
-            cfg = load_config(self._base, self._overrides())
-            problems = cfg.problems()
-        except ConfigError as err:
-            cfg, problems = None, list(err.problems)
+        cfg, problems = config_problems(self._base, self._overrides())  # the one validation launch uses too
         per_key: dict[str, str] = {}
         general: list[str] = []
         for line in problems:

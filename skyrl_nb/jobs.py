@@ -3,6 +3,11 @@
 A `Job` is as thin as Ray's own job SDK: `status()`, `logs()`, `stop()`, `wait()` are one call
 each; `resume()` resubmits the same run with `trainer.resume_mode=latest` under a new submission
 id (`<run_id>-r1`, `-r2`, ...); `.run` reads the run store the engine writes.
+
+A job killed without a word (kill -9, out of memory) leaves a `status.json` that still says
+`running`. `status()` reports such a job as `lost` as soon as its death is known: Ray says the job
+failed, or, on a cluster on this machine, the engine's pid recorded in `status.json` is gone; it does
+not wait for the heartbeat to go stale.
 """
 
 from __future__ import annotations
@@ -14,11 +19,37 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core import procs
 from skyrl_core.choices import FINAL_STATES, RunState
 
 if TYPE_CHECKING:
     from skyrl_nb.cluster.base import Cluster
     from skyrl_nb.dashboard import Dashboard
+
+
+#: A run whose status.json says running while its process is known to be dead (see `Job.status`).
+LOST = "lost"
+#: The states after which a job does nothing more: Ray's final ones and `lost`.
+ENDED = frozenset({*FINAL_STATES, LOST})
+
+
+def process_gone(run_status: dict[str, Any]) -> str | None:
+    """Why the process named by a run's status.json is not running any more, or None.
+
+    Only meaningful where that process ran on this machine. A pid now held by a process that started
+    after the run's last heartbeat is another process: the run's is gone. None when this machine
+    cannot tell (no ``/proc``) or status.json names no pid.
+    """
+    pid = run_status.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not procs.can_see_processes():
+        return None
+    started = procs.started_at(pid)
+    beat = run_status.get("heartbeat")
+    if started is None:
+        return f"its process (pid {pid}) is gone"
+    if isinstance(beat, (int, float)) and started > beat + 2.0:  # /proc's start time is good to ~1 s
+        return f"its process (pid {pid}) is gone; that pid now belongs to another process"
+    return None
 
 
 def run_state(ray_status: Any) -> str:
@@ -59,8 +90,42 @@ class Job:
         return self._info
 
     def status(self) -> str:
-        """`pending`, `running`, `succeeded`, `failed` or `stopped` (Ray's job status, lower case)."""
-        return run_state(self.info().status)
+        """`pending`, `running`, `succeeded`, `failed` or `stopped` (Ray's job status, lower case), or `lost`.
+
+        `lost`: the run's status.json still says running, but Ray says the job failed, or (a cluster on
+        this machine) the engine's process is gone. `status_detail()` also says why.
+        """
+        return self.status_detail()[0]
+
+    def status_detail(self) -> tuple[str, str | None]:
+        """``(state, why)``: `status()`, with why a job is `lost` or Ray's message for a failed one."""
+        info = self.info()
+        state = run_state(info.status)
+        if state not in (RunState.RUNNING, RunState.FAILED):
+            return state, None
+        ray_message = " ".join(str(info.message or "").split())[:300] or None
+        run = self._run_status()
+        started_ms = getattr(info, "start_time", None)
+        beat = run.get("heartbeat")
+        if run.get("state") != RunState.RUNNING or not isinstance(beat, (int, float)):
+            return state, ray_message if state == RunState.FAILED else None
+        if isinstance(started_ms, (int, float)) and beat * 1000 < started_ms - 1000:
+            return state, ray_message  # status.json is an earlier submission's: not this job's word
+        if state == RunState.FAILED:
+            said = f" ({ray_message})" if ray_message else ""
+            return LOST, f"Ray says the job failed{said}, but the run never recorded an end"
+        gone = process_gone(run) if self.cluster.runs_here else None
+        return (LOST, gone) if gone else (state, None)
+
+    def _run_status(self) -> dict[str, Any]:
+        """The run's status.json as a dict; {} when it is missing or unreadable."""
+        if not os.path.exists(os.path.join(self.run_dir, "status.json")):
+            return {}
+        try:
+            status = self.run.status()
+        except Exception:  # a damaged file says nothing about the job
+            return {}
+        return status if isinstance(status, dict) else {}
 
     def logs(self, tail: int | None = None) -> str:
         """The job's stdout/stderr so far; the last `tail` lines when given."""
@@ -79,7 +144,7 @@ class Job:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             state = self.status()
-            if state in FINAL_STATES:
+            if state in ENDED:
                 return state
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {self.submission_id} still {state} after {timeout} s")
@@ -90,15 +155,14 @@ class Job:
 
         The new submission id is `<run_id>-r<n>`. Stop the job first if it is still running.
         """
-        from skyrl_core.config import load_config
+        from skyrl_core.config import check_config
 
         state = self.status()
-        if state not in FINAL_STATES:
+        if state not in ENDED:
             raise RuntimeError(f"job {self.submission_id} is {state}; stop() it before resume()")
         attempts = [j.attempt for j in self.cluster.jobs() if j.run_id == self.run_id]
         attempt = max(attempts + [self.attempt]) + 1
-        cfg = load_config(self._config_path(), overrides=["trainer.resume_mode=latest", *(overrides or [])])
-        cfg.check()
+        cfg = check_config(self._config_path(), ["trainer.resume_mode=latest", *(overrides or [])])
         return self.cluster._submit(cfg, submission_id=f"{self.run_id}-r{attempt}", attempt=attempt,
                                     runtime_env=self.runtime_env)
 
@@ -132,23 +196,19 @@ class Job:
     # -- display ----------------------------------------------------------------------------------
 
     def _summary(self) -> dict[str, Any]:
+        why = None
         try:
-            state = self.status()
+            state, why = self.status_detail()
         except Exception as exc:  # unreachable cluster: still show what the run store says
             state = f"unknown ({type(exc).__name__})"
-        run_status: dict[str, Any] = {}
-        if os.path.exists(os.path.join(self.run_dir, "status.json")):
-            try:
-                run_status = self.run.status()
-            except Exception:
-                run_status = {}
+        run_status = self._run_status()
         return {"state": state, "step": run_status.get("step"), "total_steps": run_status.get("total_steps"),
-                "error": run_status.get("error")}
+                "error": run_status.get("error") or (why if state in (LOST, RunState.FAILED) else None)}
 
     def __repr__(self) -> str:
         s = self._summary()
         step = f", step={s['step']}/{s['total_steps']}" if s["step"] is not None else ""
-        return f"Job(run_id={self.run_id!r}, submission_id={self.submission_id!r}, state={s['state']!r}{step})"
+        return f"Job(run_id={self.run_id!r}, submission_id={self.submission_id!r}, state={str(s['state'])!r}{step})"
 
     def _repr_html_(self) -> str:
         s = self._summary()

@@ -9,7 +9,8 @@
     %skyrl resume RUN        %skyrl list                    %skyrl dashboard RUN     %skyrl inspect RUN
 
 Settings: `%config SkyrlMagics.run_root = "/fsx/runs"` (also `preset`, `cluster`, `show_dashboard`,
-`log_tail`). Every mistake is a one-line `UsageError`, raised before anything is submitted.
+`log_tail`). `%skyrl -h` prints the commands. Every mistake is a one-line `UsageError`, raised
+before anything is submitted; looking a run up (`status`, `logs`, `stop`, ...) never writes a file.
 """
 
 from __future__ import annotations
@@ -24,13 +25,28 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 from traitlets import Bool, Integer, Unicode
 
-COMMANDS = ("launch", "status", "logs", "stop", "resume", "list", "dashboard", "inspect")
+#: Each command and what it does (`%skyrl -h` prints these).
+COMMAND_HELP = {
+    "launch": "[--preset P] [--run-id ID] [key=value ...]: validate a config and submit it "
+              "(a %%skyrl cell body adds YAML overrides)",
+    "status": "[RUN]: the job of RUN (default: the last one launched here)",
+    "logs": "RUN [--tail N]: the job's output",
+    "stop": "RUN: ask Ray to stop the job",
+    "resume": "RUN: resubmit the run from its latest checkpoint",
+    "list": "the runs under run_root and the runs launched from this kernel",
+    "dashboard": "RUN: the live training dashboard",
+    "inspect": "RUN: the trajectory inspector",
+}
+COMMANDS = tuple(COMMAND_HELP)
 _NEEDS_RUN = ("logs", "stop", "resume", "dashboard", "inspect")
+_HELP_FLAGS = ("-h", "--help")
 
 
 def _one_line(problems: list[str] | str) -> str:
+    """Problems as one line (``; `` between them), each at most 500 characters."""
     items = [problems] if isinstance(problems, str) else list(problems)
-    text = "; ".join(" ".join(str(p).split()) for p in items if str(p).strip())
+    lines = [" ".join(str(p).split()) for p in items if str(p).strip()]
+    text = "; ".join(line if len(line) <= 500 else line[:499] + "…" for line in lines)
     return text or "invalid input"
 
 
@@ -77,12 +93,34 @@ class SkyrlMagics(Magics):
     def skyrl(self, line: str = "", cell: str | None = None) -> Any:
         """Launch and follow skyrl-nb training jobs; `%skyrl?` lists the commands."""
         if not line.strip():
-            raise UsageError(f"%skyrl needs a command: {', '.join(COMMANDS)}")
+            raise UsageError(f"%skyrl needs a command: {', '.join(COMMANDS)} (%skyrl -h explains them)")
+        try:
+            words = arg_split(line, posix=True)
+        except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
+            raise UsageError(f"%skyrl: cannot split the line into words: {_one_line(str(err))} "
+                             "(quote values with matching ' or \")") from None
+        if any(word in _HELP_FLAGS for word in words):
+            print(self._help())
+            return None
         try:
             # Intermixed: options may come before, between or after the key=value overrides.
-            args = self.skyrl.parser.parse_intermixed_args(arg_split(line, posix=True))
+            args = self.skyrl.parser.parse_intermixed_args(words)
         except UsageError as err:
             raise UsageError("%skyrl: " + _one_line(str(err))) from None
+        self._check_args(args, cell)
+        return getattr(self, f"_{args.command}")(args, cell)
+
+    def _help(self) -> str:
+        """The usage line, the commands and the options."""
+        width = max(map(len, COMMANDS))
+        commands = "\n".join(f"  {name:<{width}}  {text}" for name, text in COMMAND_HELP.items())
+        options = self.skyrl.parser.format_help().partition("options:")[2].rstrip()
+        return (f"%skyrl COMMAND [RUN | key=value ...] [options]\n\ncommands:\n{commands}\n\noptions:{options}\n\n"
+                f"settings: %config SkyrlMagics.run_root = {self.run_root!r} (also preset, cluster, show_dashboard, "
+                "log_tail)")
+
+    def _check_args(self, args: Any, cell: str | None) -> None:
+        """Refuse, as one-line `UsageError`s, what the parser lets through."""
         command = args.command
         if command not in COMMANDS:
             from skyrl_core.registry import did_you_mean
@@ -99,7 +137,13 @@ class SkyrlMagics(Magics):
             raise UsageError(f"%skyrl {command}: too many arguments: {' '.join(args.args)}")
         if args.tail is not None and (command != "logs" or args.tail < 0):
             raise UsageError("%skyrl: --tail takes a number of lines >= 0 and only goes with logs")
-        return getattr(self, f"_{command}")(args, cell)
+        empty = {"--preset": "a preset name or a YAML file", "--cluster": "the name of a notebook variable",
+                 "--run-id": "a run id, or leave the option out for a fresh one"}
+        for flag, value in (("--preset", args.preset), ("--cluster", args.cluster), ("--run-id", args.run_id)):
+            if value is not None and not value.strip():
+                raise UsageError(f"%skyrl {command}: {flag} is empty; give {empty[flag]}")
+        if command != "launch" and any(not run.strip() for run in args.args):
+            raise UsageError(f"%skyrl {command}: the run id is empty; give one, e.g. %skyrl {command} my-run")
 
     # -- commands ---------------------------------------------------------------------------------
 
@@ -124,8 +168,11 @@ class SkyrlMagics(Magics):
             key, _, raw = item.partition("=")
             if not key.strip():
                 raise UsageError(f"%skyrl launch: {item!r} has no key before '='")
+            if not raw.strip():
+                raise UsageError(f"%skyrl launch: {item!r} has no value after '='; give one ({key.strip()}=null "
+                                 "clears an optional key)")
             try:
-                value = yaml.safe_load(raw) if raw.strip() else ""
+                value = yaml.safe_load(raw)
             except yaml.YAMLError:
                 value = raw
             overrides[key.strip()] = value
@@ -134,8 +181,13 @@ class SkyrlMagics(Magics):
             cfg = prepare_config(preset, overrides=overrides, run_id=args.run_id)
         except ConfigError as err:
             raise UsageError(_one_line(err.problems)) from None
+        except (ValueError, TypeError, OSError) as err:  # validation is all that ran: nothing was written
+            raise UsageError(f"%skyrl launch: {_one_line(f'{type(err).__name__}: {err}')}") from None
         cluster = self._cluster(args.cluster)
-        job = cluster.launch(cfg)
+        try:
+            job = cluster.launch(cfg)
+        except ConfigError as err:  # plug-ins that cannot ship; launch removed what it wrote
+            raise UsageError(_one_line(err.problems)) from None
         self._remember(job)
         return self._follow(job, args)
 
@@ -159,18 +211,51 @@ class SkyrlMagics(Magics):
         return None
 
     def _resume(self, args: Any, cell: str | None) -> Any:
+        from skyrl_core.config import ConfigError
+
         job = self._find_job(args.args[0])
         try:
             new = job.resume()
+        except ConfigError as err:
+            raise UsageError(_one_line(err.problems)) from None
         except RuntimeError as err:
             raise UsageError(_one_line(str(err))) from None
         self._remember(new)
         return self._follow(new, args)
 
     def _list(self, args: Any, cell: str | None) -> Any:
-        from skyrl_core.runs import list_runs
+        """The runs under run_root and those launched from this kernel (wherever they live), newest first.
 
-        return list_runs(os.path.expanduser(self.run_root))
+        A run whose status.json says pending or running while Ray (or, on this machine, the process
+        table) knows its job ended shows the job's state: `lost`, `failed`, `stopped`, ...
+        """
+        import dataclasses
+
+        from skyrl_core.runs import RunList, RunReader, list_runs
+        from skyrl_nb.jobs import ENDED
+
+        runs = {os.path.abspath(s.path): s for s in list_runs(os.path.expanduser(self.run_root))}
+        jobs = {os.path.abspath(job.run_dir): job for job in self.jobs.values()}
+        for path in jobs.keys() - runs.keys():
+            try:
+                reader = RunReader(path)
+                if reader.exists():
+                    runs[path] = reader.summary()
+            except Exception:  # a damaged run of ours must not hide the others
+                continue
+        live = [path for path, s in runs.items() if s.state in ("pending", "running")]
+        if any(path not in jobs for path in live):
+            jobs = {**self._cluster_jobs(), **jobs}
+        for path in live:
+            if path not in jobs:
+                continue
+            try:
+                state, why = jobs[path].status_detail()
+            except Exception:  # the cluster is gone or unreachable: keep what the run store says
+                continue
+            if state in ENDED:
+                runs[path] = dataclasses.replace(runs[path], state=str(state), error=runs[path].error or why)
+        return RunList(sorted(runs.values(), key=lambda s: s.started_at or 0, reverse=True))
 
     def _dashboard(self, args: Any, cell: str | None) -> Any:
         from skyrl_nb.dashboard import Dashboard
@@ -221,27 +306,49 @@ class SkyrlMagics(Magics):
 
         return local()
 
+    def _clusters(self) -> list[Any]:
+        """Where lookups ask: the cluster in the `cluster` setting's variable, then a local head already
+        running. Nothing is started and nothing is written."""
+        from skyrl_nb.cluster.base import Cluster
+
+        found = []
+        configured = self.shell.user_ns.get(self.cluster) if self.cluster else None
+        if isinstance(configured, Cluster):
+            found.append(configured)
+        try:
+            from skyrl_nb.cluster import local
+
+            running = local(start=False)
+            if running is not None:
+                found.append(running)
+        except Exception:  # no Ray installed, a stale state file: no local head to ask
+            pass
+        return found
+
+    def _cluster_jobs(self) -> dict[str, Any]:
+        """{absolute run dir: its latest job} for the skyrl-nb jobs on the clusters lookups ask."""
+        latest: dict[str, Any] = {}
+        for cluster in self._clusters():
+            try:
+                jobs = cluster.jobs()
+            except Exception:
+                continue
+            for job in jobs:
+                path = os.path.abspath(job.run_dir) if job.run_dir else None
+                if path and (path not in latest or job.attempt > latest[path].attempt):
+                    latest[path] = job
+        return latest
+
     def _find_job(self, run: str, required: bool = True) -> Any:
         if run in self.jobs:
             return self.jobs[run]
         for job in self.jobs.values():
             if job.submission_id == run:
                 return job
-        clusters = [self.shell.user_ns[self.cluster]] if self.cluster in self.shell.user_ns else []
-        try:
-            from skyrl_nb.cluster import local
-
-            running = local(start=False)
-            if running is not None:
-                clusters.append(running)
-        except Exception:
-            pass
-        for cluster in clusters:
+        for cluster in self._clusters():
             try:
                 return cluster.job(run)
-            except (KeyError, AttributeError):
-                continue
-            except Exception:
+            except Exception:  # KeyError: not there; anything else: that cluster cannot answer now
                 continue
         if required:
             raise UsageError(f"%skyrl: no job for run {run!r} in this session or on the local cluster "

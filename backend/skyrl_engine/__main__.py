@@ -30,10 +30,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def load_checked_config(source: str, overrides: list[str]):
-    """The validated config, or ConfigError with every problem."""
-    from skyrl_core.config import load_config
+    """The validated config, or ConfigError with every problem (``skyrl_core.config.check_config``)."""
+    from skyrl_core.config import check_config
 
-    return load_config(source, overrides).check()
+    return check_config(source, overrides)
 
 
 def _print_problems(problems: list[str]) -> None:
@@ -146,8 +146,11 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
         in_process = not _connect_ray(cfg, writer, held)
     held["workers"] = Workers.create(cfg, model_path, total_steps, in_process=in_process, vllm_python=vllm_python)
     workers = held["workers"]
-    _log("placement: " + (workers.placement.plan.describe() if workers.placement is not None
-                          else "colocated on CPU: every role in this process"))
+    if workers.placement is not None:
+        _log(f"placement: {workers.placement.plan.describe()}")
+    else:
+        _log("placement: " + ("colocated on CPU: every role in this process" if cfg.trainer.placement.colocate_all
+                              else "every role in this process (no Ray)"))
     _log(f"workers: {workers!r}")
     held["trainer"] = make_trainer(cfg, writer, held["workers"], train_rows, val_rows)
     _log(f"training {total_steps} steps into {cfg.run_dir} ({pipeline_mode(staleness_bound(cfg))})")

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skyrl_core.runs import atomic_write_text, run_id_problem
+from skyrl_core.runs import atomic_write_text
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
@@ -116,6 +116,9 @@ class Cluster:
     #: The module run as `python -m <engine_module> train --config FILE` (None: `$SKYRL_NB_ENGINE_MODULE`,
     #: else `skyrl_engine`).
     engine_module: str | None = None
+    #: Whether the cluster's jobs run on this machine, so a job's pid in its run's status.json can be
+    #: checked here (`Job.status` reports `lost` as soon as that process is gone).
+    runs_here: bool = False
 
     def __init__(
         self,
@@ -367,25 +370,17 @@ def prepare_config(config: Any, *, overrides: list[str] | dict[str, Any] | None 
     Raises `ConfigError` (one line per problem). Nothing is written and nothing is submitted:
     `Cluster.launch` and `%skyrl launch` call this first, so a bad config never reaches a cluster.
     """
-    from skyrl_core.config import PRESETS, ConfigError, JobConfig, load_config
+    from skyrl_core.config import PRESETS, ConfigError, check_config
 
-    if isinstance(config, JobConfig):
-        cfg = config.with_overrides(overrides) if overrides else config
-    else:
-        cfg = load_config(config, overrides=overrides)
+    # the one validation (every problem in one pass, launch's run-id and run-root rules included)
+    cfg = check_config(config, overrides, run_id=run_id)
     preset = config if isinstance(config, str) and config in PRESETS else None
-    rid = run_id or cfg.get("run.run_id") or new_run_id(preset)
-    problem = run_id_problem(rid)
-    if problem:
-        raise ConfigError([problem])
-    root = os.path.expanduser(str(cfg.get("run.run_root") or ""))
-    if not os.path.isabs(root):
-        raise ConfigError([f"run.run_root: {root!r} must be an absolute path the cluster can see"])
+    rid = cfg.run.run_id or new_run_id(preset)
+    root = os.path.expanduser(cfg.run.run_root)
     # The job reads the staged YAML on the cluster: spell the run root out, no `~`.
     fixed = {"run.run_id": str(rid), "run.run_root": root}
     if any(cfg.get(k) != v for k, v in fixed.items()):
-        cfg = cfg.with_overrides(fixed)
-    cfg.check()
+        cfg = check_config(cfg, fixed)
     run_dir = Path(root) / str(rid)
     if (run_dir / "status.json").exists() or (run_dir / "metrics.jsonl").exists():
         raise ConfigError(

@@ -43,32 +43,20 @@ def test_colocated_sync_records_zero_waits(tmp_path, tiny_model_dir) -> None:
         assert not any(key in row for key in ASYNC_KEYS)
 
 
-def test_disaggregated_one_step_async_stays_within_one(tmp_path, tiny_model_dir) -> None:
-    # gae: the critic actor trains on the trainer's side of the pipeline, on the batch one step stale
+def test_disaggregated_one_step_async_through_the_cli(tmp_path, tiny_model_dir) -> None:
+    # The CLI's wiring of the schedule; every estimator x schedule pairing (gae's critic under the
+    # pipeline included) is walked by tests/engine/test_combination_matrix.py.
     done = run_cli(tmp_path, "async", tiny_model_dir, "trainer.placement.colocate_all=false",
-                   "trainer.async_one_step=true", "trainer.algorithm.advantage_estimator=gae",
-                   "trainer.critic_mini_batch_size=4")
+                   "trainer.async_one_step=true", "trainer.max_training_steps=3")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "placement: disaggregated" in done.stdout and "(one_step)" in done.stdout
     rows = metrics(tmp_path / "async")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert [r["async/staleness_max"] for r in rows] == [0, 1, 1, 1]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["async/staleness_max"] for r in rows] == [0, 1, 1]
     for row in rows:
         assert all(key in row for key in WAIT_KEYS + ASYNC_KEYS + ("timing/sync_weights", "timing/step"))
-        assert row["critic/critic_loss"] > 0 and row["timing/critic_train"] > 0
     events = [json.loads(line) for line in (tmp_path / "async" / "events.jsonl").read_text().splitlines()]
     assert events[0]["kind"] == "started" and events[0]["pipeline"] == "one_step"
-    assert json.loads((tmp_path / "async" / "status.json").read_text())["state"] == "succeeded"
-    # the notebook's dashboard draws both waits as parts of the step-time bars, from this run store
-    from skyrl_nb.dashboard import Dashboard
-
-    dash = Dashboard(tmp_path / "async", static=False)
-    dash.widget()
-    dash.refresh()
-    timing = {s["name"]: s for s in dash._charts["timing"].series}
-    for part in ("wait for batch", "wait for policy"):
-        assert part in timing and [p[0] for p in timing[part]["points"]] == [1, 2, 3, 4], part
-    assert "wait for policy" in dash.to_svg()
 
 
 def test_placement_the_cluster_cannot_hold_fails_in_one_line(tmp_path, tiny_model_dir) -> None:

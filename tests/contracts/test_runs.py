@@ -68,8 +68,8 @@ def test_truncate_after_for_resume(tmp_path):
     assert r.trajectory_steps() == [1, 2, 3]
     assert [e["step"] for e in r.events()] == [1, 2, 3]
     w.log_metrics(4, {"x": 4})
-    # the reader notices the rewrite and re-reads from the start
-    assert [m["step"] for m in r.poll()] == [1, 2, 3, 4]
+    # the reader notices the rewrite; the rows it kept were returned before, so only step 4 is new
+    assert [m["step"] for m in r.poll()] == [4]
 
 
 def test_open_run_errors_and_status_validation(tmp_path):
@@ -82,3 +82,24 @@ def test_open_run_errors_and_status_validation(tmp_path):
     status = json.loads((tmp_path / "r" / "status.json").read_text())
     assert status["state"] == "failed" and status["ended_at"] is not None
     assert "boom" in open_run(tmp_path / "r").summary()._repr_html_()
+
+
+def test_poll_after_a_resume_returns_no_row_twice(tmp_path):
+    """Rows a resume kept were returned before; rows it writes for steps trained again are new data."""
+    w = RunWriter(tmp_path / "r")
+    r = RunReader(tmp_path / "r")
+    for step in range(1, 6):
+        w.log_metrics(step, {"x": step})
+        w.log_event("checkpoint_saved", step=step)
+    assert [m["step"] for m in r.poll()] == [1, 2, 3, 4, 5] and len(r.poll_events()) == 5
+    w.truncate_after(3)
+    assert r.poll() == [] and r.poll_events() == []
+    w.log_metrics(4, {"x": 40})
+    w.log_metrics(5, {"x": 50})
+    assert [(m["step"], m["x"]) for m in r.poll()] == [(4, 40), (5, 50)]
+    # a resume the reader did not see happen: truncated and appended to before the next poll
+    w.truncate_after(4)
+    w.log_metrics(5, {"x": 500})
+    assert [(m["step"], m["x"]) for m in r.poll()] == [(5, 500)]
+    assert [(m["step"], m["x"]) for m in RunReader(tmp_path / "r").metrics()] == [(1, 1), (2, 2), (3, 3), (4, 40),
+                                                                                    (5, 500)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from typing import Any
 
 #: Step-time parts drawn as stacked bars: (metric name after `timing/`, legend label, colour).
@@ -51,16 +52,22 @@ def _band(series: dict[str, Any]) -> tuple[list[float | None], list[float | None
     return lo, hi
 
 
-def progress_html(state: str, step: int, total: int | None, eta_s: float | None, error: str | None) -> str:
-    """The header line: state badge, step / total, ETA, and the last error when there is one."""
+def progress_html(state: str, step: int, total: int | None, eta_s: float | None, error: str | None,
+                  warnings: Sequence[str] = ()) -> str:
+    """The header line: state badge, step / total, ETA, the last error when there is one, and one line
+    per thing the run reader skipped (``warnings``: damaged files or lines)."""
     colour = {"running": "#1f77b4", "succeeded": "#2ca02c", "failed": "#d62728", "stopped": "#7f7f7f",
-              "pending": "#555", "lost": "#ff7f0e"}.get(state, "#555")
+              "pending": "#555", "lost": "#ff7f0e", "damaged": "#8c564b"}.get(state, "#555")
     eta = "" if eta_s is None or state != "running" else f" &middot; ETA {format_seconds(eta_s)}"
     parts = [f"<b style='color:{colour}'>{html.escape(state)}</b> &middot; step {step}/{total or '?'}{eta}"]
     if error:
         last = str(error).strip().splitlines()[-1] if str(error).strip() else str(error)
         parts.append(f"<div style='color:#d62728;font-family:monospace;white-space:pre-wrap'>"
                      f"{html.escape(last[:400])}</div>")
+    parts.extend(f"<div style='color:#8a5a00;font-size:0.9em'>skipped: {html.escape(line[:300])}</div>"
+                 for line in list(warnings)[:5])
+    if len(warnings) > 5:
+        parts.append(f"<div style='color:#8a5a00;font-size:0.9em'>... and {len(warnings) - 5} more</div>")
     return "".join(parts)
 
 

@@ -78,6 +78,8 @@ class TrajectoryInspector(anywidget.AnyWidget):
     view = traitlets.Dict().tag(sync=True)
     drift_view = traitlets.Dict().tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
+    # what the readers skipped (a damaged status.json, metrics line or Parquet part), one line each
+    warnings = traitlets.List(traitlets.Unicode()).tag(sync=True)
 
     def __init__(self, run: Any, step: int | None = None, *, page_size: int = 8,
                  auto_refresh: float | None = None, static: bool | None = None, **kwargs: Any):
@@ -121,6 +123,7 @@ class TrajectoryInspector(anywidget.AnyWidget):
             if state != self.state:
                 self.state = state
             if not result:
+                self._show_warnings()
                 return []
             steps = self.data.steps
             if not self.has_token_data and steps:
@@ -233,6 +236,17 @@ class TrajectoryInspector(anywidget.AnyWidget):
         return "lost" if status.get("lost") else str(status.get("state", RunState.PENDING))
 
     def _render(self) -> None:
+        try:
+            self._render_view()
+        finally:
+            self._show_warnings()
+
+    def _show_warnings(self) -> None:
+        found = [*self.reader.warnings, *self.data.warnings]
+        if found != self.warnings:
+            self.warnings = found
+
+    def _render_view(self) -> None:
         if not self.data.steps or self.step not in self.data.steps:
             self.view = {"step": self.step, "groups": [], "pages": 1, "page": 0, "total_groups": 0,
                          "all_groups": 0, "samples": 0, "discarded": 0, "facets": {}}
@@ -277,9 +291,10 @@ class TrajectoryInspector(anywidget.AnyWidget):
 
     def _repr_html_(self) -> str:
         v = self.view or {}
+        skipped = "".join(f"<br><small>skipped: {html.escape(w)}</small>" for w in self.warnings)
         return (f"<div><b>Trajectories</b> {html.escape(self.run_id)} &middot; {html.escape(self.state)} "
                 f"&middot; step {self.step} &middot; {v.get('total_groups', 0)} groups, "
-                f"{v.get('samples', 0)} samples</div>")
+                f"{v.get('samples', 0)} samples{skipped}</div>")
 
     def _repr_mimebundle_(self, **kwargs: Any):
         if self.static:

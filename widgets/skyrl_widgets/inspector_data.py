@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyrl_core.runs import part_name, part_step
+from skyrl_core.runs import DamagedFile, part_name, part_step, read_part
 
 #: Columns the group view reads; anything else in a part is left on disk.
 VIEW_COLUMNS = (
@@ -151,15 +151,6 @@ class PartIndex:
         return result
 
 
-def _read_part(path: Path, columns: tuple[str, ...] | list[str] | None = None):
-    import pyarrow.parquet as pq
-
-    pf = pq.ParquetFile(path)
-    names = pf.schema_arrow.names
-    cols = [c for c in (columns or names) if c in names]
-    return pf.read(columns=cols)
-
-
 def finite(value: Any) -> float | None:
     """A run-store value (metric, reward, ...) as a finite float; None when missing, NaN/inf or not a number.
 
@@ -240,7 +231,10 @@ class TokenText:
 
 
 class TrajectoryData:
-    """Paged, incremental access to one run's trajectories for the inspector (thread-safe)."""
+    """Paged, incremental access to one run's trajectories for the inspector (thread-safe).
+
+    A part that is not readable Parquet shows as a step without samples; ``warnings`` says which.
+    """
 
     def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any] | None = None,
                  cache_steps: int = 12):
@@ -257,7 +251,14 @@ class TrajectoryData:
         # "this prompt across steps": prompt -> [(step, mean reward, n)], filled chunk by chunk
         self._prompt_steps: dict[str, list[tuple[int, float | None, int]]] = {}
         self._scanned: set[int] = set()
+        #: one line per damaged part skipped so far
+        self.warnings: list[str] = []
         self.index.scan()
+
+    def _skip(self, err: DamagedFile) -> None:
+        message = f"{err}; skipped"
+        if message not in self.warnings:
+            self.warnings.append(message)
 
     # ------------------------------------------------------------------ steps and rows
     @property
@@ -294,7 +295,11 @@ class TrajectoryData:
             if step not in self.index or not path.exists():
                 raise KeyError(f"step {step}: no trajectory part in {self.index.dir}; "
                                f"steps: {_span(self.steps)}")
-            rows = _read_part(path, VIEW_COLUMNS).to_pylist()
+            try:
+                rows = read_part(path, VIEW_COLUMNS).to_pylist()
+            except DamagedFile as err:
+                self._skip(err)
+                rows = []
             for i, row in enumerate(rows):
                 row.setdefault("step", step)
                 row["_i"] = i
@@ -469,8 +474,11 @@ class TrajectoryData:
                 steps, prompts, rewards = [], [], []
                 for s in batch:
                     try:
-                        part = _read_part(self.index.path(s), ("prompt", "reward")).to_pydict()
+                        part = read_part(self.index.path(s), ("prompt", "reward")).to_pydict()
                     except (FileNotFoundError, OSError):
+                        continue
+                    except DamagedFile as err:
+                        self._skip(err)
                         continue
                     n = len(part.get("prompt", []))
                     steps += [s] * n

@@ -231,11 +231,12 @@ function render({ model, el }) {
   // ---- body
   const summary = h("div", { class: "sk-summary" });
   const error = h("div", { class: "sk-error" });
+  const warnings = h("div", { class: "sk-warnings" });
   const drift = h("div", { class: "sk-drift" });
   const groups = h("div", { class: "sk-groups" });
   const pager = h("div", { class: "sk-pager" });
   const legend = h("div", { class: "sk-legend" });
-  el.append(header, bar, error, drift, summary, legend, groups, pager);
+  el.append(header, bar, error, warnings, drift, summary, legend, groups, pager);
 
   const fillSelect = (s, values, current, anyLabel) => {
     const want = [""].concat(values);
@@ -343,7 +344,13 @@ function render({ model, el }) {
     error.style.display = get("error") ? "" : "none";
   }
 
-  drawHeader(); drawFilters(); drawGroups(); drawDrift(); drawError();
+  function drawWarnings() {
+    const lines = get("warnings") || [];
+    warnings.replaceChildren(...lines.map((line) => h("div", {}, `skipped: ${line}`)));
+    warnings.style.display = lines.length ? "" : "none";
+  }
+
+  drawHeader(); drawFilters(); drawGroups(); drawDrift(); drawError(); drawWarnings();
   const on = (names, fn) => names.forEach((n) => model.on(`change:${n}`, fn));
   on(["run_id", "state", "step_ranges", "step", "follow"], drawHeader);
   on(["filters", "has_token_data", "heatmap", "sorts"], drawFilters);
@@ -351,6 +358,7 @@ function render({ model, el }) {
   on(["heatmap"], drawGroups);
   on(["drift_view"], drawDrift);
   on(["error"], drawError);
+  on(["warnings"], drawWarnings);
   return () => clearTimeout(searchTimer);
 }
 

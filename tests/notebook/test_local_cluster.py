@@ -1,0 +1,148 @@
+"""`cluster.local()` in odd environments: a long HOME, a temp dir too long for Ray's sockets, its ports.
+
+Ray refuses AF_UNIX socket paths over 107 bytes, and its sockets live under its temp dir, so that
+dir is short and per user (not under HOME), and a too-long one is refused before anything starts.
+Every port of the head listens on 127.0.0.1 only unless `expose=True`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_too_long_temp_dir_is_refused_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import skyrl_nb.cluster.local as local_mod
+
+    def no_start(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a too-long temp dir must be refused before Ray starts")
+
+    monkeypatch.setattr(local_mod, "_start_head", no_start)
+    temp = tmp_path / ("t" * 90)
+    token = tmp_path / "config" / "ray_token"
+    started = time.monotonic()
+    with pytest.raises(ValueError) as info:
+        local_mod.local(temp_dir=temp, token_path=token)
+    assert time.monotonic() - started < 1.0
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(temp) in message and f"{len(str(temp))} bytes" in message
+    assert str(local_mod.SOCKET_PATH_LIMIT) in message
+    assert not temp.exists() and not token.exists(), "nothing may be written for a refused temp dir"
+
+
+def test_no_short_writable_temp_dir_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import skyrl_nb.cluster.local as local_mod
+
+    monkeypatch.setattr(local_mod, "_private_dir", lambda path: False)
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp/" + "d" * 80)
+    with pytest.raises(RuntimeError) as info:
+        local_mod.default_temp_dir("/home/someone/.cache/skyrl-nb/ray")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "d" * 80 in message and str(local_mod.SOCKET_PATH_LIMIT) in message  # the long one, with the limit
+    assert "/tmp/skyrl-" in message  # and the short one that could not be written
+    assert "temp_dir=" in message
+
+
+def test_default_temp_dir_fits_ray_sockets_for_any_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyrl_nb.cluster.local import SOCKET_PATH_LIMIT, cache_dir, default_temp_dir, socket_path_bytes
+
+    for home in ("/home/sagemaker-user", "/tmp/" + "h" * 120):
+        monkeypatch.setenv("HOME", home)
+        monkeypatch.delenv("SKYRL_NB_CACHE_DIR", raising=False)
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+        temp = default_temp_dir(cache_dir() / "ray")
+        assert not str(temp).startswith(home)
+        assert socket_path_bytes(temp) <= SOCKET_PATH_LIMIT
+    # one head per config/cache dir: two homes of one user never share a Ray temp dir
+    assert default_temp_dir("/a/.cache/skyrl-nb/ray") != default_temp_dir("/b/.cache/skyrl-nb/ray")
+
+
+_SCRIPT = """
+import json, sys, time
+import skyrl_nb
+from skyrl_nb.cluster.local import socket_path_bytes
+cluster = skyrl_nb.cluster.local(num_cpus=2, timeout=120)
+try:
+    job = cluster.launch("quickstart", overrides=["trainer.max_training_steps=2", "run.run_root=" + sys.argv[1]],
+                         run_id="home60")
+    state = job.wait(timeout=90, poll_s=0.5)
+    print(json.dumps({"state": str(state), "steps": len(job.run.metrics()), "temp": str(cluster.temp_dir),
+                      "socket_bytes": socket_path_bytes(cluster.temp_dir), "logs": job.logs(tail=5)}))
+finally:
+    cluster.shutdown(timeout=2)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_local_with_a_60_char_home_runs_a_job() -> None:
+    """A fresh HOME of 60 characters: its own head (not the session's) comes up and runs a 2-step job."""
+    from skyrl_nb.cluster.local import STATE_FILE, default_temp_dir
+
+    base = Path(tempfile.mkdtemp(prefix="h60-", dir="/tmp"))
+    home = base / ("h" * (60 - len(str(base)) - 1))
+    assert len(str(home)) == 60
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SKYRL_NB_", "RAY_", "XDG_CACHE", "XDG_CONFIG"))}
+    env.update(HOME=str(home), SKYRL_NB_ENGINE_MODULE="fake_engine",
+               PYTHONPATH=os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    state_dir = home / ".cache" / "skyrl-nb" / "ray"
+    try:
+        proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(home / "runs")], env=env, capture_output=True,
+                              text=True, timeout=170)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert result["state"] == "succeeded" and result["steps"] == 2, result
+        assert not result["temp"].startswith(str(home)), result["temp"]
+        assert result["socket_bytes"] <= 107
+    finally:
+        _stop_head(state_dir / STATE_FILE)
+        shutil.rmtree(default_temp_dir(state_dir), ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _stop_head(state_path: Path) -> None:
+    """Kill the head a failed subprocess left behind (its process group only)."""
+    try:
+        pid = int(json.loads(state_path.read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_every_ray_port_listens_on_loopback_only(ray_cluster: Any) -> None:
+    """Every listening TCP socket of the head's processes (GCS, raylet, dashboard, agents, workers) is on 127.0.0.1."""
+    psutil = pytest.importorskip("psutil")
+    from skyrl_core import procs
+
+    listening: list[tuple[str, str, int]] = []
+    for pid in procs.process_group(ray_cluster.pid):
+        try:
+            proc = psutil.Process(pid)
+            name = proc.name()
+            conns = proc.net_connections(kind="inet")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        listening += [(name, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
+    names = {name for name, _, _ in listening}
+    assert {"gcs_server", "raylet"} <= names, listening
+    assert int(ray_cluster.address.rsplit(":", 1)[1]) in {port for _, _, port in listening}
+    exposed = [sock for sock in listening if sock[1] not in ("127.0.0.1", "::ffff:127.0.0.1")]
+    assert not exposed, f"listening beyond 127.0.0.1: {exposed}"
