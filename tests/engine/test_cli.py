@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,32 @@ def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
     # the generator and trainer ran as Ray actors, not in the in-process fallback
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if "local Ray did not start" in e.get("message", "")], events
+
+
+def test_validate_lists_every_registered_environment_for_an_unknown_one(capsys, monkeypatch):
+    """skyrl-gym's environments, skyrl-nb's and a plug-in's, in the one line, before anything starts."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures" / "plugins"))
+    assert main(["validate", "--config", "quickstart", "environment.env_class=no_such_env"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("environment.env_class: 'no_such_env' is not allowed; allowed: ")
+    assert all(name in line for name in ("gsm8k", "text2sql", "search", "arithmetic"))
+    if "my_skyrl_plugin" not in sys.modules:  # a plug-in's registration lives in its process once imported
+        assert "my_echo" not in line
+    assert main(["validate", "--config", "quickstart", "plugins=[my_skyrl_plugin]",
+                 "environment.env_class=no_such_env"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("environment.env_class:") and "my_echo" in line and "arithmetic" in line
+    assert main(["validate", "--config", "quickstart", "plugins=[my_skyrl_plugin]",
+                 "environment.env_class=my_echo"]) == 0
+
+
+def test_a_plugin_environment_scores_rollouts(monkeypatch):
+    """The plug-in's environment, registered by name, is what skyrl-gym makes for its rows."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures" / "plugins"))
+    from skyrl_core.registry import load_plugins
+    from skyrl_engine.tasks import PromptRow, score_response
+
+    load_plugins(["my_skyrl_plugin"])
+    row = PromptRow(prompt=[{"role": "user", "content": "7+1"}], env_class="my_echo", data_source="t",
+                    ground_truth=None)
+    assert score_response(row, " 7+1 ")[0] == 1.0 and score_response(row, "8")[0] == 0.0

@@ -40,20 +40,23 @@ def max_gap(a, b) -> float:
 def test_sample_then_sync_weights(vllm_python, tiny_model_dirs, ray_cluster, logprob_atol) -> None:
     import torch
 
+    from skyrl_core.config import SamplingParams
     from skyrl_engine.models import build_char_tokenizer
-    from skyrl_engine.vllm_engine import Completions, Generator, SamplingParams, VLLMGenerator
+    from skyrl_engine.protocol import Completions, TokenGenerator
+    from skyrl_engine.vllm_engine import VLLMGenerator
 
     model_a, model_b = tiny_model_dirs
     tok = build_char_tokenizer()
     prompts = [tok.encode(text) for text in ("12+7=", "hello", "3*3=", "abc")]
     n, temperature = 4, 0.8
-    sampling = SamplingParams(max_generate_length=12, temperature=temperature, stop_token_ids=[tok.eos_token_id])
+    sampling = SamplingParams(max_generate_length=12, temperature=temperature)
+    stop = [tok.eos_token_id]
 
     gen = VLLMGenerator(model_a, python=vllm_python, dtype="float32", num_threads=1)
     try:
-        assert isinstance(gen, Generator)
+        assert isinstance(gen, TokenGenerator)  # the protocol every rollout loop samples through
         assert gen.weight_sync == "disk" and gen.infos[0]["device"] == "cpu"
-        out = gen.generate(prompts, n, sampling)
+        out = gen.generate(prompts, n, sampling, 0, stop_token_ids=stop)
         assert isinstance(out, Completions) and len(out) == len(prompts) * n
         assert out.prompt_index == [i for i in range(len(prompts)) for _ in range(n)]
         assert set(out.finish_reasons) <= {"stop", "length"}
@@ -72,7 +75,7 @@ def test_sample_then_sync_weights(vllm_python, tiny_model_dirs, ray_cluster, log
         state_b = {k: v.clone() for k, v in load_model(model_b).state_dict().items()}
         seconds = gen.update_weights(state_b, version=1)
         assert seconds > 0 and gen.version == 1
-        out_b = gen.generate(prompts, n, sampling)
+        out_b = gen.generate(prompts, n, sampling, 1, stop_token_ids=stop)
         assert out_b.policy_version == 1
         prompts_B = [prompts[i] for i in out_b.prompt_index]
         under_b = hf_logprobs(state_b, model_a, prompts_B, out_b.response_ids, temperature)
@@ -81,7 +84,7 @@ def test_sample_then_sync_weights(vllm_python, tiny_model_dirs, ray_cluster, log
         assert max_gap(out_b.logprobs, under_a) > 0.1
         # A directory with safetensors works too (what a checkpoint holds).
         gen.update_weights(model_a, version=2)
-        out_a = gen.generate(prompts[:1], 2, sampling)
+        out_a = gen.generate(prompts[:1], 2, sampling, 2, stop_token_ids=stop)
         again = hf_logprobs(model_a, model_a, [prompts[0]] * 2, out_a.response_ids, temperature)
         assert max_gap(out_a.logprobs, again) < logprob_atol
         assert "VLLMGenerator(1 engine(s)" in repr(gen) and torch.__version__
