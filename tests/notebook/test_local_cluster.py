@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-
 
 def test_too_long_temp_dir_is_refused_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import skyrl_nb.cluster.local as local_mod
@@ -77,10 +75,12 @@ import skyrl_nb
 from skyrl_nb.cluster.local import socket_path_bytes
 cluster = skyrl_nb.cluster.local(num_cpus=2, timeout=120)
 try:
-    job = cluster.launch("quickstart", overrides=["trainer.max_training_steps=2", "run.run_root=" + sys.argv[1]],
+    job = cluster.launch("quickstart", overrides=["trainer.max_training_steps=2", "run.run_root=" + sys.argv[1],
+                                                  "trainer.eval_before_train=false", "trainer.eval_interval=0"],
                          run_id="home60")
-    state = job.wait(timeout=90, poll_s=0.5)
-    print(json.dumps({"state": str(state), "steps": len(job.run.metrics()), "temp": str(cluster.temp_dir),
+    state = job.wait(timeout=150, poll_s=0.5)
+    print(json.dumps({"state": str(state), "steps": len(job.run.metrics()), "rows": job.run.metrics(),
+                      "temp": str(cluster.temp_dir),
                       "socket_bytes": socket_path_bytes(cluster.temp_dir), "logs": job.logs(tail=5)}))
 finally:
     cluster.shutdown(timeout=2)
@@ -88,8 +88,9 @@ finally:
 
 
 @pytest.mark.timeout(180)
-def test_local_with_a_60_char_home_runs_a_job() -> None:
-    """A fresh HOME of 60 characters: its own head (not the session's) comes up and runs a 2-step job."""
+def test_local_with_a_60_char_home_runs_a_job(private_model_cache: str) -> None:
+    """A fresh HOME of 60 characters: its own head (not the session's) comes up and trains a 2-step job
+    with the real engine (the built-in model from this session's model cache)."""
     from skyrl_nb.cluster.local import STATE_FILE, default_temp_dir
 
     base = Path(tempfile.mkdtemp(prefix="h60-", dir="/tmp"))
@@ -98,15 +99,15 @@ def test_local_with_a_60_char_home_runs_a_job() -> None:
     home.mkdir()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SKYRL_NB_", "RAY_", "XDG_CACHE", "XDG_CONFIG"))}
-    env.update(HOME=str(home), SKYRL_NB_ENGINE_MODULE="fake_engine",
-               PYTHONPATH=os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env.update(HOME=str(home), SKYRL_NB_CACHE=private_model_cache)
     state_dir = home / ".cache" / "skyrl-nb" / "ray"
     try:
         proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(home / "runs")], env=env, capture_output=True,
-                              text=True, timeout=170)
+                              text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         assert result["state"] == "succeeded" and result["steps"] == 2, result
+        assert any("policy/policy_loss" in row for row in result["rows"]), result
         assert not result["temp"].startswith(str(home)), result["temp"]
         assert result["socket_bytes"] <= 107
     finally:
