@@ -39,16 +39,14 @@ def test_public_names_resolve_lazily() -> None:
             " [getattr(skyrl_nb, n) for n in names]; c = skyrl_nb.cluster;"
             " assert callable(c.local) and callable(c.connect) and c.Cluster is skyrl_nb.Cluster;"
             " print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert _python(code) == "False"
 
 
 def test_cluster_local_is_callable_however_imported() -> None:
     code = ("import skyrl_nb.cluster.local as m; import skyrl_nb.cluster as c;"
             " from skyrl_nb.cluster import local; assert callable(c.local) and callable(local);"
             " assert c.local.LocalCluster is m.LocalCluster; print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "ok"
+    assert _python(code) == "ok"
 
 
 def test_old_module_names_are_the_contract_modules() -> None:
@@ -58,5 +56,9 @@ def test_old_module_names_are_the_contract_modules() -> None:
             " assert skyrl_nb.config is skyrl_core.config and skyrl_nb.runs is skyrl_core.runs;"
             " assert load_config is skyrl_core.config.load_config and RunReader is skyrl_core.runs.RunReader;"
             " assert skyrl_nb.JobConfig is skyrl_core.config.JobConfig; print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "ok"
+    assert _python(code) == "ok"
+
+
+def _python(code: str) -> str:
+    """What a fresh interpreter prints running ``code`` (stripped); it must exit 0."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
