@@ -133,6 +133,7 @@ class GeneratorWorker:
         from skyrl_engine.policy import prepare_worker
 
         self.num_threads = prepare_worker(num_threads, plugins)
+        trained_positions = model_max_positions(model_path)  # read once: the loop and vLLM's context
         self.backend: TokenGenerator
         self.tokenizer = load_tokenizer(model_path)
         self.backend_name = str(generator.inference_engine.backend)
@@ -150,7 +151,7 @@ class GeneratorWorker:
             if generator.max_turns > 1:  # episodes grow past one prompt: room as the torch sampler has
                 from skyrl_engine.multiturn import context_tokens
 
-                kwargs.setdefault("max_model_len", context_tokens(model_max_positions(model_path)))
+                kwargs.setdefault("max_model_len", context_tokens(trained_positions))
             self.backend = VLLMGenerator.from_config(
                 generator.inference_engine, model_path, colocated=colocated, placement=placement, **kwargs)
         else:
@@ -163,8 +164,7 @@ class GeneratorWorker:
             from skyrl_engine.multiturn import MultiTurnLoop
 
             self.loop: SingleTurnLoop | MultiTurnLoop = MultiTurnLoop(
-                self.tokenizer, self.backend, generator.max_turns, env_configs,
-                max_context_tokens=None, trained_positions=model_max_positions(model_path))
+                self.tokenizer, self.backend, generator.max_turns, env_configs, trained_positions=trained_positions)
         else:
             self.loop = SingleTurnLoop(self.tokenizer, self.backend, env_configs)
         from skyrl_engine.tasks import register_builtin_envs

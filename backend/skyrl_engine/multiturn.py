@@ -91,7 +91,7 @@ class MultiTurnLoop:
         self.max_turns = int(max_turns)
         self.env_configs = env_configs or {}
         wanted = int(max_context_tokens or context_tokens(trained_positions))
-        limit = getattr(backend, "max_context_tokens", None)  # e.g. a vLLM engine's max_model_len
+        limit = backend.max_context_tokens  # e.g. a vLLM engine's max_model_len (None: no hard limit)
         self.max_context_tokens = min(wanted, int(limit)) if limit else wanted
         self._base_ids = self._template(_BASE_CONVERSATION, add_generation_prompt=False)
 
