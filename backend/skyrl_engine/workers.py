@@ -133,32 +133,28 @@ class Workers:
         role in this process only: vLLM's, or all roles in process).
         """
         from skyrl_engine.critic import CriticWorker, critic_model_path, needs_critic
-        from skyrl_engine.generator import GeneratorWorker
         from skyrl_engine.policy import PolicyWorker, ReferenceWorker
-        from skyrl_engine.tasks import env_configs_from_environ
 
         t, g = cfg.trainer, cfg.generator
         threads = int(t.num_threads)
         plugins = list(cfg.plugins)
-        env_configs = env_configs_from_environ() if env_configs is None else env_configs
         vllm = uses_vllm(cfg)
         if in_process is None:
             in_process = runs_in_job_process(cfg)
         if in_process and vllm:
             raise ValueError("generator.inference_engine.backend: 'vllm' engines are Ray actors; they cannot run "
                              "in the job's process")
-        policy_args = (model_path, t, g.sampling_params.temperature, total_steps, threads, plugins)
-        generator_kwargs = {"num_threads": threads, "plugins": plugins, "env_configs": env_configs,
-                            "colocated": bool(t.placement.colocate_all), "vllm_python": vllm_python,
-                            "seed": int(t.seed), "engine_kwargs": engine_kwargs, "backend": generator_backend}
         if generator_backend is not None and not (in_process or vllm):
             raise ValueError("generator_backend: the torch generator of a disaggregated run is a Ray actor with its "
                              "own sampler; hand in a backend only for a generator in this process")
+        generator_opts = {"vllm_python": vllm_python, "env_configs": env_configs, "engine_kwargs": engine_kwargs,
+                          "generator_backend": generator_backend}
+        policy_args = (model_path, t, g.sampling_params.temperature, total_steps, threads, plugins)
         critic_args = (critic_model_path(cfg, model_path), t, total_steps, threads, plugins) if needs_critic(cfg) else None
         reference_args = (model_path, t, g.sampling_params.temperature, threads, plugins) if t.algorithm.use_kl_loss else None
         if in_process:
             return cls(
-                generator=Role(GeneratorWorker(model_path, g, **generator_kwargs)),
+                generator=cls.generator_role(cfg, model_path, **generator_opts),
                 policy=Role(PolicyWorker(*policy_args)),
                 critic=Role(CriticWorker(*critic_args)) if critic_args else None,
                 reference=Role(ReferenceWorker(*reference_args)) if reference_args else None,
@@ -172,11 +168,7 @@ class Workers:
         try:
             policy = Role.actor(PolicyWorker, placement.policy_options(0), *policy_args)
             roles.append(policy)
-            if vllm:  # the role stays here; its engines are actors in the engine bundles
-                generator = Role(GeneratorWorker(model_path, g, placement=placement, **generator_kwargs))
-            else:
-                generator = Role.actor(GeneratorWorker, placement.engine_options(0), model_path, g,
-                                       **generator_kwargs)
+            generator = cls.generator_role(cfg, model_path, placement, **generator_opts)
             roles.append(generator)
             # No CPU of their own: their passes and the policy's never run at the same time.
             critic = Role.actor(CriticWorker, {"num_cpus": 0}, *critic_args) if critic_args else None
@@ -189,6 +181,25 @@ class Workers:
             placement.remove()
             raise
         return cls(generator, policy, critic, reference, placement=placement, colocated=bool(t.placement.colocate_all))
+
+    @staticmethod
+    def generator_role(cfg: JobConfig, model_path: str, placement: Any | None = None, *,
+                       vllm_python: str | None = None, env_configs: dict[str, dict[str, Any]] | None = None,
+                       engine_kwargs: dict[str, Any] | None = None, generator_backend: Any = None) -> Role:
+        """The generator role of ``cfg`` (its backend, loop and environments), as :meth:`create` places it:
+        in this process without a ``placement``; with one, a Ray actor in its first engine bundle, except
+        with vLLM, whose role stays here while its engines are actors in the engine bundles."""
+        from skyrl_engine.generator import GeneratorWorker
+        from skyrl_engine.tasks import env_configs_from_environ
+
+        t = cfg.trainer
+        kwargs = {"num_threads": int(t.num_threads), "plugins": list(cfg.plugins),
+                  "env_configs": env_configs_from_environ() if env_configs is None else env_configs,
+                  "colocated": bool(t.placement.colocate_all), "vllm_python": vllm_python, "seed": int(t.seed),
+                  "engine_kwargs": engine_kwargs, "backend": generator_backend}
+        if placement is None or uses_vllm(cfg):
+            return Role(GeneratorWorker(model_path, cfg.generator, placement=placement, **kwargs))
+        return Role.actor(GeneratorWorker, placement.engine_options(0), model_path, cfg.generator, **kwargs)
 
     # -- rollouts -------------------------------------------------------------------------------
     def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:

@@ -1,16 +1,8 @@
-"""A private local Ray cluster for the placement and async tests."""
+"""Fixtures for the placement and async tests (their Ray cluster is the session's `engine_ray`)."""
 
 from __future__ import annotations
 
 import pytest
-from ray_clusters import private_ray_cluster
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A private 3-CPU local Ray cluster (own temp dir, token auth off), stopped afterwards."""
-    with private_ray_cluster(3) as ray:
-        yield ray
 
 
 @pytest.fixture(scope="session")

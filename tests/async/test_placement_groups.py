@@ -55,8 +55,9 @@ def test_no_gpu_on_cluster_is_one_line() -> None:
 
 
 @pytest.mark.slow
-def test_real_placement_groups(ray_cluster) -> None:
-    ray = ray_cluster
+def test_real_placement_groups(engine_ray) -> None:
+    ray = engine_ray
+    cpus = ray.cluster_resources()["CPU"]
 
     @ray.remote
     class Where:
@@ -77,9 +78,9 @@ def test_real_placement_groups(ray_cluster) -> None:
         for actor in [trainer, *engines]:
             ray.kill(actor)
     deadline = time.time() + 30  # removal is asynchronous: the bundles come back within moments
-    while ray.available_resources().get("CPU", 0) < 2.99 and time.time() < deadline:
+    while ray.available_resources().get("CPU", 0) < cpus - 0.01 and time.time() < deadline:
         time.sleep(0.2)
-    assert ray.available_resources().get("CPU", 0) == pytest.approx(3.0, abs=0.01)
+    assert ray.available_resources().get("CPU", 0) == pytest.approx(cpus, abs=0.01)
 
     colocated = plan_placement({"generator.inference_engine.num_engines": 2, "trainer.placement.policy_num_gpus_per_node": 2})
     with Placement.create(colocated, timeout_s=30) as placement:
@@ -91,14 +92,15 @@ def test_real_placement_groups(ray_cluster) -> None:
 
 
 @pytest.mark.slow
-def test_impossible_placement_fails_fast_in_one_line(ray_cluster) -> None:
-    plan = plan_placement({"trainer.placement.colocate_all": False, "generator.inference_engine.num_engines": 3})
+def test_impossible_placement_fails_fast_in_one_line(engine_ray) -> None:
+    cpus = int(engine_ray.cluster_resources()["CPU"])  # one engine more than the cluster has room for
+    plan = plan_placement({"trainer.placement.colocate_all": False, "generator.inference_engine.num_engines": cpus})
     with pytest.raises(PlacementError) as err:
         Placement.create(plan, timeout_s=30)
     message = str(err.value)
     assert message == (
-        "trainer.placement: disaggregated: policy 1 node(s) × 1 CPU + 3 engine(s) × tp 1 CPU needs 4 CPU "
-        "but the cluster has 3 CPU in all"
+        f"trainer.placement: disaggregated: policy 1 node(s) × 1 CPU + {cpus} engine(s) × tp 1 CPU needs "
+        f"{cpus + 1} CPU but the cluster has {cpus} CPU in all"
     )
     with pytest.raises(PlacementError, match="needs 1 GPU but the cluster has 0 GPU"):
         Placement.create(plan_placement({}, device="GPU"))

@@ -6,19 +6,11 @@ from __future__ import annotations
 
 import pytest
 from combination_matrix import check, timings, walk
-from ray_clusters import private_ray_cluster
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A private 3-CPU local Ray cluster (policy and generator bundles, one spare)."""
-    with private_ray_cluster(3) as ray:
-        yield ray
-
-
-def test_every_torch_pairing_runs_or_is_refused(tmp_path, tiny_model_dir, ray_cluster):
+def test_every_torch_pairing_runs_or_is_refused(tmp_path, tiny_model_dir, engine_ray):
     outcomes = walk("torch", tiny_model_dir, tmp_path)
     print(timings(outcomes))
     check(outcomes, "torch")

@@ -74,9 +74,13 @@ import json, sys, time
 import skyrl_nb
 from skyrl_nb.cluster.local import socket_path_bytes
 cluster = skyrl_nb.cluster.local(num_cpus=2, timeout=120)
+# the plug-in is on this process's path only (the head started without it): the job has it because
+# launch ships it (Ray py_modules)
+sys.path.insert(0, sys.argv[2])
 try:
-    job = cluster.launch("quickstart", overrides=["trainer.max_training_steps=2", "run.run_root=" + sys.argv[1],
-                                                  "trainer.eval_before_train=false", "trainer.eval_interval=0"],
+    job = cluster.launch("quickstart", overrides=[*json.loads(sys.argv[3]), "trainer.max_training_steps=2",
+                                                  "run.run_root=" + sys.argv[1], "trainer.eval_before_train=false",
+                                                  "trainer.eval_interval=0", "trainer.ckpt_interval=0"],
                          run_id="home60")
     state = job.wait(timeout=150, poll_s=0.5)
     print(json.dumps({"state": str(state), "steps": len(job.run.metrics()), "rows": job.run.metrics(),
@@ -88,9 +92,14 @@ finally:
 
 
 @pytest.mark.timeout(180)
-def test_local_with_a_60_char_home_runs_a_job(private_model_cache: str) -> None:
+def test_local_with_a_60_char_home_runs_a_job_with_a_plugin(private_model_cache: str) -> None:
     """A fresh HOME of 60 characters: its own head (not the session's) comes up and trains a 2-step job
-    with the real engine (the built-in model from this session's model cache)."""
+    with the real engine (the built-in model from this session's model cache), whose advantage
+    estimator and policy loss come from a plug-in module that only the notebook's process can import
+    (issue 11; tests/notebook/test_plugins.py has the rest of the plug-in tests). One job checks both:
+    a job on a fresh cluster costs ~30 s here."""
+    from test_plugins import PLUGIN_DIR, WITH_PLUGIN
+
     from skyrl_nb.cluster.local import STATE_FILE, default_temp_dir
 
     base = Path(tempfile.mkdtemp(prefix="h60-", dir="/tmp"))
@@ -98,18 +107,20 @@ def test_local_with_a_60_char_home_runs_a_job(private_model_cache: str) -> None:
     assert len(str(home)) == 60
     home.mkdir()
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SKYRL_NB_", "RAY_", "XDG_CACHE", "XDG_CONFIG"))}
+           if not k.startswith(("SKYRL_NB_", "RAY_", "XDG_CACHE", "XDG_CONFIG", "PYTHONPATH"))}
     env.update(HOME=str(home), SKYRL_NB_CACHE=private_model_cache)
     state_dir = home / ".cache" / "skyrl-nb" / "ray"
     try:
-        proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(home / "runs")], env=env, capture_output=True,
-                              text=True, timeout=240)
+        proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(home / "runs"), str(PLUGIN_DIR),
+                               json.dumps(WITH_PLUGIN)], env=env, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         assert result["state"] == "succeeded" and result["steps"] == 2, result
-        assert any("policy/policy_loss" in row for row in result["rows"]), result
         assert not result["temp"].startswith(str(home)), result["temp"]
         assert result["socket_bytes"] <= 107
+        for row in result["rows"]:  # the plug-in's loss ran, on the plug-in's advantages (all 0.5)
+            assert row["policy/loss_metrics/my_loss_adv_mean"] == pytest.approx(0.5), row
+            assert "policy/policy_loss" in row and "policy/loss_metrics/clip_ratio" in row
     finally:
         _stop_head(state_dir / STATE_FILE)
         shutil.rmtree(default_temp_dir(state_dir), ignore_errors=True)

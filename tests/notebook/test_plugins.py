@@ -3,12 +3,12 @@ the job (Ray ``py_modules``) and runs in the engine.
 
 The plug-in is ``tests/fixtures/plugins/my_skyrl_plugin.py``, a single module outside the package. It
 is put on the notebook's ``sys.path`` only: the cluster's processes never see that folder, so a job can
-import it only because ``launch`` shipped it.
+import it only because ``launch`` shipped it. The job that trains with it on a real local Ray cluster
+is tests/notebook/test_local_cluster.py::test_local_with_a_60_char_home_runs_a_job_with_a_plugin.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,25 +89,3 @@ def test_launch_ships_the_plugin_module_with_the_job(plugin_on_path: Path, spy_c
 def test_no_plugins_no_py_modules(spy_cluster: Any, tmp_path: Path) -> None:
     spy_cluster.launch("quickstart", overrides=[f"run.run_root={tmp_path}"], run_id="no-plugins")
     assert "py_modules" not in spy_cluster.client.submitted[0]["runtime_env"]
-
-
-@pytest.mark.slow
-def test_plugin_estimator_and_loss_run_in_a_launched_job(ray_cluster: Any, plugin_on_path: Path, tmp_path: Path,
-                                                         private_model_cache: str,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    # the real engine for this job (the session cluster runs fake_engine otherwise)
-    monkeypatch.setattr(ray_cluster, "engine_module", "skyrl_engine")
-    job = ray_cluster.launch(
-        "quickstart",
-        overrides=[*WITH_PLUGIN, f"run.run_root={tmp_path}", "trainer.max_training_steps=2",
-                   "trainer.eval_before_train=false", "trainer.eval_interval=0", "trainer.ckpt_interval=0"],
-        run_id="plugin-e2e",
-        runtime_env={"env_vars": {"SKYRL_NB_CACHE": private_model_cache}},
-    )
-    state = job.wait(timeout=600)
-    assert state == "succeeded", job.logs()[-4000:]
-    rows = job.run.metrics()
-    assert [r["step"] for r in rows] == [1, 2], json.dumps(rows)[-2000:]
-    for row in rows:
-        assert row["policy/loss_metrics/my_loss_adv_mean"] == pytest.approx(0.5), row
-        assert "policy/loss_metrics/clip_ratio" in row

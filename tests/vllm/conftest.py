@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from ray_clusters import private_ray_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 # A cold build of the env on 2 cores (scripts/make_vllm_env.sh, pip --no-compile) took 239 s at load
@@ -88,8 +87,16 @@ def tiny_model_dirs(tmp_path_factory) -> tuple[str, str]:
     return dirs[0], dirs[1]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A private 2-CPU local Ray cluster (own temp dir, token auth off), stopped afterwards."""
-    with private_ray_cluster(2) as ray:
-        yield ray
+@pytest.fixture(scope="session")
+def vllm_engine(vllm_python, tiny_model_dirs, engine_ray):
+    """One running vLLM-CPU engine (an actor of the session's ``engine_ray``) on the first tiny model,
+    shared by the engine test and the matrix: starting one takes ~17 s here. float32 as the trainer, a
+    fixed seed, and room for multi-turn episodes (as ``GeneratorWorker`` starts engines for
+    ``generator.max_turns > 1``). Whoever changes its weights leaves the first model's back."""
+    from skyrl_engine.multiturn import context_tokens
+    from skyrl_engine.vllm_engine import VLLMGenerator
+
+    engine = VLLMGenerator(tiny_model_dirs[0], python=vllm_python, dtype="float32", num_threads=1, seed=42,
+                           max_model_len=context_tokens(256))
+    yield engine
+    engine.shutdown()

@@ -37,13 +37,12 @@ def max_gap(a, b) -> float:
     return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
 
 
-def test_sample_then_sync_weights(vllm_python, tiny_model_dirs, ray_cluster, logprob_atol) -> None:
+def test_sample_then_sync_weights(vllm_engine, tiny_model_dirs, logprob_atol) -> None:
     import torch
 
     from skyrl_core.config import SamplingParams
     from skyrl_engine.models import build_char_tokenizer
     from skyrl_engine.protocol import Completions, TokenGenerator
-    from skyrl_engine.vllm_engine import VLLMGenerator
 
     model_a, model_b = tiny_model_dirs
     tok = build_char_tokenizer()
@@ -52,7 +51,7 @@ def test_sample_then_sync_weights(vllm_python, tiny_model_dirs, ray_cluster, log
     sampling = SamplingParams(max_generate_length=12, temperature=temperature)
     stop = [tok.eos_token_id]
 
-    gen = VLLMGenerator(model_a, python=vllm_python, dtype="float32", num_threads=1)
+    gen = vllm_engine  # started on model A's weights
     try:
         assert isinstance(gen, TokenGenerator)  # the protocol every rollout loop samples through
         assert gen.weight_sync == "disk" and gen.infos[0]["device"] == "cpu"
@@ -89,4 +88,4 @@ def test_sample_then_sync_weights(vllm_python, tiny_model_dirs, ray_cluster, log
         assert max_gap(out_a.logprobs, again) < logprob_atol
         assert "VLLMGenerator(1 engine(s)" in repr(gen) and torch.__version__
     finally:
-        gen.shutdown()
+        gen.update_weights(model_a, version=0)  # the shared engine goes back as it came
