@@ -72,6 +72,13 @@ class Backend(StrEnum):
     TORCH, VLLM = "torch", "vllm"
 
 
+class Strategy(StrEnum):
+    """``trainer.strategy`` (SkyRL's key; fsdp2 its default): how a policy on several ranks splits the work.
+    ``fsdp2`` shards parameters, gradients and optimizer state (PyTorch's ``fully_shard``); ``ddp``
+    keeps a full replica per rank (``DistributedDataParallel``)."""
+    FSDP2, DDP = "fsdp2", "ddp"
+
+
 class RunState(StrEnum):
     """A run's ``state`` in ``status.json`` (and a job's, lower-cased from Ray's)."""
     PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "pending", "running", "succeeded", "failed", "stopped"

@@ -41,6 +41,7 @@ from skyrl_core.choices import (
     ResumeMode,
     Scheduler,
     SequenceMaskMetric,
+    Strategy,
     TISRatioType,
 )
 from skyrl_core.registry import (
@@ -224,6 +225,7 @@ class FullyAsyncConfig(_Section):
 
 
 class TrainerConfig(_Section):
+    strategy: Strategy = Strategy.FSDP2
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
@@ -938,6 +940,9 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozens
          lambda: [] if cfg.data.train_data else ["data.train_data: [] is empty; give at least one Parquet/JSONL file"]),
         (("trainer.async_one_step", "trainer.fully_async.enabled", "trainer.placement.colocate_all"),
          lambda: _async_placement_problems(cfg)),
+        (("trainer.placement.policy_num_nodes", "trainer.placement.policy_num_gpus_per_node",
+          "trainer.policy_mini_batch_size", "generator.n_samples_per_prompt", "trainer.ckpt_interval"),
+         lambda: _policy_rank_problems(cfg)),
         (("data.train_data",), lambda: _data_file_problems("train_data", cfg.data.train_data, check_files)),
         (("data.val_data",), lambda: _data_file_problems("val_data", cfg.data.val_data, check_files)),
         (("trainer.policy.model.path",),
@@ -974,6 +979,29 @@ def _micro_batch_problems(cfg: JobConfig) -> list[str]:
         return [f"trainer.micro_train_batch_size_per_gpu: {micro} does not divide one mini-batch of "
                 f"{samples} samples (policy_mini_batch_size x n_samples_per_prompt)"]
     return []
+
+
+def policy_ranks(cfg: JobConfig) -> int:
+    """How many policy workers train together: ``policy_num_nodes × policy_num_gpus_per_node`` (at least 1)."""
+    p = cfg.trainer.placement
+    return max(1, p.policy_num_nodes * p.policy_num_gpus_per_node)
+
+
+def _policy_rank_problems(cfg: JobConfig) -> list[str]:
+    ranks = policy_ranks(cfg)
+    if ranks == 1:
+        return []
+    t, g = cfg.trainer, cfg.generator
+    where = f"{ranks} policy ranks (trainer.placement.policy_num_nodes × policy_num_gpus_per_node)"
+    found = []
+    rows = t.policy_mini_batch_size * g.n_samples_per_prompt
+    if rows % ranks:
+        found.append(f"trainer.policy_mini_batch_size: {t.policy_mini_batch_size} prompts × {g.n_samples_per_prompt} "
+                     f"samples = {rows} rows do not split evenly across {where}; allowed: a multiple of {ranks} rows")
+    if t.ckpt_interval > 0:
+        found.append(f"trainer.ckpt_interval: {t.ckpt_interval} is not allowed with {where}: sharded checkpoints "
+                     "are not written yet; allowed: 0")
+    return found
 
 
 def _async_placement_problems(cfg: JobConfig) -> list[str]:

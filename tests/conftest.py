@@ -13,7 +13,7 @@ import pytest
 # at the end: it starts once and nothing after them needs this process free of Ray. Order is otherwise kept.
 TESTS = Path(__file__).resolve().parent
 RUN_LAST = ("algorithms/test_parity_skyrl.py", "async/test_placement_groups.py",
-            "engine/test_combination_matrix.py", "vllm/")
+            "engine/test_combination_matrix.py", "engine/test_data_parallel.py", "vllm/")
 ENGINE_RAY_CPUS = 4
 
 

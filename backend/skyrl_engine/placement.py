@@ -272,6 +272,18 @@ class Placement:
             "scheduling_strategy": self._strategy(self.policy_group, rank),
         }
 
+    def policy_rank_options(self, rank: int) -> dict[str, Any]:
+        """``ray.remote(...).options(**this)`` for rank ``rank`` of a policy on several ranks: one device
+        (a GPU, or a CPU on a CPU cluster) of its node's bundle, or colocated, its share of engine bundle
+        ``rank``."""
+        plan = self.plan
+        if plan.colocate_all:
+            return self.policy_options(rank)
+        per_node = max(1, plan.policy_num_gpus_per_node)
+        if not 0 <= rank < plan.policy_num_nodes * per_node:
+            raise IndexError(f"rank {rank} out of range: the plan has {plan.policy_num_nodes * per_node} policy rank(s)")
+        return {**self._resources(1), "scheduling_strategy": self._strategy(self.policy_group, rank // per_node)}
+
     def engine_options(self, engine_index: int) -> dict[str, Any]:
         """``ray.remote(...).options(**this)`` for engine ``engine_index`` (sits on its first bundle)."""
         plan = self.plan

@@ -175,7 +175,8 @@ class PolicyWorker:
     """
 
     def __init__(self, model_path: str, trainer: TrainerConfig, temperature: float, total_steps: int,
-                 num_threads: int = 0, plugins: list[str] | tuple[str, ...] = ()):
+                 num_threads: int = 0, plugins: list[str] | tuple[str, ...] = (), rank: int = 0,
+                 world_size: int = 1):
         from skyrl_engine.models import load_model
 
         self.num_threads = prepare_worker(num_threads, plugins)
@@ -185,7 +186,30 @@ class PolicyWorker:
         self.model = load_model(model_path)
         self.model.train()
         self.total_optimizer_steps = max(1, total_steps * updates_per_step(t, t.policy_mini_batch_size))
-        self.optimizer, self.scheduler = make_optimizer(self.model, t.policy.optimizer_config, self.total_optimizer_steps)
+        self.rank, self.world_size = rank, world_size
+        self.dist: Any = None  # a DistributedContext once join_group ran (world_size > 1)
+        self.strategy = "single"
+        if world_size == 1:
+            self.optimizer, self.scheduler = make_optimizer(self.model, t.policy.optimizer_config,
+                                                            self.total_optimizer_steps)
+
+    # -- the group (world_size > 1; see distributed.py) ------------------------------------------
+    def rendezvous(self) -> str:
+        """Rank 0: an address for the group to meet at."""
+        from skyrl_engine.distributed import rendezvous_address
+
+        return rendezvous_address()
+
+    def join_group(self, address: str, strategy: str) -> dict[str, Any]:
+        """Join the group at ``address``, wrap the model (``fsdp2`` or ``ddp``), build the optimizer over
+        the wrapped parameters; this rank's ``{rank, strategy, node_id}``."""
+        from skyrl_engine.distributed import DistributedContext
+
+        self.dist = DistributedContext(address, self.rank, self.world_size)
+        self.model, self.strategy = self.dist.wrap(self.model, strategy)
+        self.optimizer, self.scheduler = make_optimizer(self.model, self.trainer.policy.optimizer_config,
+                                                        self.total_optimizer_steps)
+        return {"rank": self.rank, "strategy": self.strategy, "node_id": _node_id()}
 
     # -- the update ---------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -193,6 +217,7 @@ class PolicyWorker:
         import torch
 
         from skyrl_engine import algorithms
+        from skyrl_engine.distributed import rank_slice, resident_bytes
 
         t = self.trainer
         algo = self.algo
@@ -228,8 +253,11 @@ class PolicyWorker:
                 mini_tokens = float(mini.response_mask_BT.sum())
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_policy_loss = mini_final_loss = 0.0
-                for micro_start in range(0, mini_B, micro_rows):
-                    lo, hi = mini_start + micro_start, mini_start + min(micro_start + micro_rows, mini_B)
+                # this rank's rows of the mini-batch (all of them for one worker); the loss keeps the
+                # whole mini-batch's normalisation and the ranks' gradients are summed
+                first, last = rank_slice(mini_B, self.rank, self.world_size)
+                for micro_start in range(first, last, micro_rows):
+                    lo, hi = mini_start + micro_start, mini_start + min(micro_start + micro_rows, last)
                     micro = batch.rows(lo, hi)
                     mask_BT = micro.response_mask_BT.float()
                     logprobs_BT, logits_BTV = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
@@ -264,7 +292,7 @@ class PolicyWorker:
                     else:
                         # no reference: report how far the update moved from the sampling policy
                         kl = algorithms.masked_mean(micro.rollout_logprobs_BT - logprobs_BT.detach(), mask_BT)
-                    loss.backward()
+                    (loss * self.dist.loss_scale if self.dist is not None else loss).backward()
                     mini_policy_loss += policy_loss.item()
                     mini_final_loss += loss.item()
                     add("policy/policy_entropy", entropy.item())
@@ -272,13 +300,20 @@ class PolicyWorker:
                     for k, v in loss_metrics.items():
                         add(f"policy/loss_metrics/{k}", float(v))
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.policy.optimizer_config.max_grad_norm)
+                if hasattr(grad_norm, "full_tensor"):  # fsdp2: the norm over every rank's shards
+                    grad_norm = grad_norm.full_tensor()
                 add("policy/policy_loss", mini_policy_loss)
                 add("policy/final_loss", mini_final_loss)
                 add("policy/grad_norm", float(grad_norm))
                 add("policy/lr", self.scheduler.get_last_lr()[0])
                 self.optimizer.step()
                 self.scheduler.step()
-        return {k: sums[k] / counts[k] for k in sums}
+        metrics = {k: sums[k] / counts[k] for k in sums}
+        # parameters + optimizer state this worker holds (its shards under fsdp2), the largest rank's
+        metrics["policy/rank_resident_bytes_max"] = float(resident_bytes(self.model, self.optimizer))
+        if self.dist is not None:
+            metrics = self.dist.reduce_metrics(metrics, summed=("policy/policy_loss", "policy/final_loss"))
+        return metrics
 
     def _forward_no_grad(self, model, batch: TrainBatch):
         return forward_no_grad(model, batch, forward_rows(self.trainer),
@@ -286,22 +321,42 @@ class PolicyWorker:
 
     # -- weights and state --------------------------------------------------------------------
     def get_weights(self) -> dict[str, Any]:
-        """The policy's state dict (CPU tensors, detached copies) for the generator."""
+        """The policy's state dict (CPU tensors, detached copies) for the generator; with several ranks
+        every rank must call it and rank 0 returns the gathered whole ({} on the others)."""
+        if self.dist is not None:
+            return self.dist.full_state_dict(self.model)
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     def save_checkpoint(self, ckpt_dir: str, extra_state: dict[str, Any]) -> None:
         """Write policy weights, optimizer, scheduler and RNG states into ``ckpt_dir`` (see checkpoint.py)."""
         from skyrl_engine.checkpoint import write_policy_state
 
+        self._single_rank_only("trainer.ckpt_interval")
         write_policy_state(ckpt_dir, self.model, self.optimizer, self.scheduler, extra_state)
 
     def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
         """Restore everything :meth:`save_checkpoint` wrote; return the extra state."""
         from skyrl_engine.checkpoint import read_policy_state
 
+        self._single_rank_only("trainer.resume_mode")
         return read_policy_state(ckpt_dir, self.model, self.optimizer, self.scheduler)
+
+    def _single_rank_only(self, key: str) -> None:
+        if self.dist is not None:
+            raise RuntimeError(f"{key}: checkpoints of a policy on {self.world_size} ranks are not written or read "
+                               "yet (sharded checkpoints); train it without checkpoints (trainer.ckpt_interval=0)")
 
     def ping(self) -> int:
         """The torch thread count (also proves the actor is up)."""
         return self.num_threads
+
+
+def _node_id() -> str:
+    """The Ray node this process runs on ("" outside Ray)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - not in a Ray worker
+        return ""
 

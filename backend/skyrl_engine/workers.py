@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from skyrl_engine.policy import TrainBatch
     from skyrl_engine.tasks import PromptRow
 
-__all__ = ["Role", "Workers", "runs_in_job_process", "uses_vllm"]
+__all__ = ["RankGroup", "Role", "Workers", "runs_in_job_process", "uses_vllm"]
 
 
 def _is_ref(value: Any) -> bool:
@@ -108,6 +108,72 @@ class Role:
         return f"{self.name} ({'Ray actor' if self.remote else 'in process'})"
 
 
+class RankGroup(Role):
+    """A role on N Ray actors of one worker class that form one ``torch.distributed`` group
+    (:mod:`skyrl_engine.distributed`), called as one role: every rank runs each call (the collectives
+    need them all) and the group answers with rank 0's result. A rank that dies fails the call with an
+    error naming it."""
+
+    def __init__(self, handles: list[Any], name: str) -> None:
+        super().__init__(handles[0], remote=True, name=name)
+        self.handles = handles
+        self.ranks: list[dict[str, Any]] = []
+
+    @classmethod
+    def start(cls, worker_cls: type, options: list[dict[str, Any]], strategy: str, *args: Any) -> RankGroup:
+        """``worker_cls(*args, rank=r, world_size=N)`` on each of the N ``options``; then the group meets
+        at rank 0's address and each rank wraps its model with ``strategy``."""
+        import ray
+
+        world = len(options)
+        handles = [ray.remote(worker_cls).options(**opt).remote(*args, rank=rank, world_size=world)
+                   for rank, opt in enumerate(options)]
+        group = cls(handles, name=f"{worker_cls.__name__} × {world}")
+        try:
+            address = group._all([handles[0].rendezvous.remote()])[0]
+            group.ranks = group._all([h.join_group.remote(address, strategy) for h in handles])
+        except BaseException:
+            group.close()
+            raise
+        return group
+
+    def _all(self, refs: list[Any]) -> list[Any]:
+        """Every rank's result, in rank order; the first rank to fail raises, named."""
+        import ray
+
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except Exception as exc:
+                rank = refs.index(done[0])
+                first = (str(exc).strip().splitlines() or [""])[-1][:300]
+                raise RuntimeError(f"{self.name}: rank {rank} failed: {type(exc).__name__}: {first}") from exc
+        return ray.get(refs)
+
+    def submit(self, method: str, *args: Any) -> Any:
+        """Start ``method(*args)`` on every rank; rank 0's object ref (it completes with the group's)."""
+        refs = [getattr(h, method).remote(*args) for h in self.handles]
+        return refs[0]
+
+    def call(self, method: str, *args: Any) -> Any:
+        return self._all([getattr(h, method).remote(*args) for h in self.handles])[0]
+
+    def close(self) -> None:
+        import ray
+
+        for handle in self.handles:
+            try:
+                ray.kill(handle)
+            except Exception:  # noqa: BLE001 - the actor may already be gone
+                pass
+
+    def __repr__(self) -> str:
+        strategy = self.ranks[0]["strategy"] if self.ranks else "not joined"
+        return f"{self.name} (Ray actors, {strategy})"
+
+
 class Workers:
     """The roles of one job; the loops' only way to generate, train, sync weights and checkpoint."""
 
@@ -132,6 +198,7 @@ class Workers:
         ``generator_backend`` is a running generation backend to use instead of starting one (a generator
         role in this process only: vLLM's, or all roles in process).
         """
+        from skyrl_core.config import policy_ranks
         from skyrl_engine.critic import CriticWorker, critic_model_path, needs_critic
         from skyrl_engine.policy import PolicyWorker, ReferenceWorker
 
@@ -166,7 +233,12 @@ class Workers:
         placement = Placement.create(plan_placement(cfg))
         roles: list[Role] = []
         try:
-            policy = Role.actor(PolicyWorker, placement.policy_options(0), *policy_args)
+            ranks = policy_ranks(cfg)
+            if ranks > 1:
+                policy: Role = RankGroup.start(PolicyWorker, [placement.policy_rank_options(r) for r in range(ranks)],
+                                               str(t.strategy), *policy_args)
+            else:
+                policy = Role.actor(PolicyWorker, placement.policy_options(0), *policy_args)
             roles.append(policy)
             generator = cls.generator_role(cfg, model_path, placement, **generator_opts)
             roles.append(generator)
@@ -307,7 +379,9 @@ def runs_in_job_process(cfg: JobConfig) -> bool:
     Disaggregated runs (``trainer.placement.colocate_all=false``) put the roles in Ray actors with their
     own bundles; on a machine with CUDA colocated runs use actors that share the GPUs.
     """
-    if uses_vllm(cfg):
+    from skyrl_core.config import policy_ranks
+
+    if uses_vllm(cfg) or policy_ranks(cfg) > 1:  # several policy ranks are several actors
         return False
     import torch
 

@@ -1,0 +1,142 @@
+"""Data-parallel and sharded training across ranks: Ray actors forming one ``torch.distributed`` group.
+
+A role with N > 1 ranks (``trainer.placement.policy_num_nodes × policy_num_gpus_per_node``) is N actors
+of the same worker class. Rank 0 names a rendezvous address, every rank joins the group (NCCL on CUDA,
+gloo on CPU) and wraps its model:
+
+- ``fsdp2``: PyTorch's own ``fully_shard`` on each decoder layer and on the whole model, so parameters,
+  gradients and AdamW state are sharded across ranks (each keeps 1/N of every tensor);
+- ``ddp``: ``DistributedDataParallel``, every rank a full replica (the fallback where FSDP2 cannot
+  run; the rank records which one ran).
+
+Each rank trains on its contiguous slice of every mini-batch while the loss keeps the global mini-batch's
+normalisation (its sequence and token counts). Both wrappers average gradients over the ranks (gloo
+cannot reduce-scatter with FSDP2's pre-multiplied sum), so each rank scales its loss by the world size
+(:attr:`DistributedContext.loss_scale`): the average is then the sum, and an update equals the one a
+single worker makes on the whole mini-batch up to float summation order.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+__all__ = ["DistributedContext", "rank_slice", "rendezvous_address", "resident_bytes"]
+
+
+def rendezvous_address() -> str:
+    """``tcp://<this node's address>:<a free port>`` for the group's rank 0 to listen on."""
+    try:
+        import ray
+
+        host = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - outside Ray: this machine
+        host = "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port = sock.getsockname()[1]
+    return f"tcp://{host}:{port}"
+
+
+def rank_slice(rows: int, rank: int, world_size: int) -> tuple[int, int]:
+    """The contiguous ``[start, stop)`` of ``rows`` that ``rank`` trains on (rows divide evenly)."""
+    if rows % world_size:
+        raise ValueError(f"a mini-batch of {rows} rows does not split evenly across {world_size} ranks")
+    per = rows // world_size
+    return rank * per, (rank + 1) * per
+
+
+class DistributedContext:
+    """One rank's membership of the group, and the collective operations its worker needs."""
+
+    def __init__(self, address: str, rank: int, world_size: int, timeout_s: float = 600.0) -> None:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        self.rank, self.world_size = rank, world_size
+        self.loss_scale = float(world_size)  # the wrappers average the ranks' gradients; the loss wants their sum
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.backend = "nccl" if self.device == "cuda" else "gloo"
+        dist.init_process_group(self.backend, init_method=address, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+
+    # -- wrapping -------------------------------------------------------------------------------
+    def wrap(self, model: Any, strategy: str) -> tuple[Any, str]:
+        """``model`` sharded (fsdp2) or replicated (ddp) across the group; ``(model, strategy that ran)``."""
+        from skyrl_core.choices import Strategy
+
+        if strategy == Strategy.FSDP2:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = init_device_mesh(self.device, (self.world_size,))
+            for layer in _decoder_layers(model):
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            return model, str(Strategy.FSDP2)
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model), str(Strategy.DDP)
+
+    # -- collectives ----------------------------------------------------------------------------
+    def reduce_metrics(self, metrics: dict[str, float], summed: tuple[str, ...]) -> dict[str, float]:
+        """Every rank's metrics combined: keys in ``summed`` add up, ``*_max`` take the largest, the rest
+        average over ranks (each rank's is a mean over the same number of micro-batches)."""
+        import torch
+        import torch.distributed as dist
+
+        keys = sorted(metrics)
+        values = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.device)
+        largest = values.clone()
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+        out = {}
+        for i, key in enumerate(keys):
+            if key.endswith("_max"):
+                out[key] = float(largest[i])
+            elif key in summed:
+                out[key] = float(values[i])
+            else:
+                out[key] = float(values[i]) / self.world_size
+        return out
+
+    def full_state_dict(self, model: Any) -> dict[str, Any]:
+        """The whole model's state dict on CPU at rank 0 ({} on the others); every rank must call it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return {k: v.detach().clone() for k, v in state.items()} if self.rank == 0 else {}
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def __repr__(self) -> str:
+        return f"DistributedContext(rank {self.rank} of {self.world_size}, {self.backend})"
+
+
+def resident_bytes(model: Any, optimizer: Any) -> int:
+    """Bytes of the parameters and optimizer state this process holds (its own shards under fsdp2)."""
+    total = sum(_local(p).numel() * _local(p).element_size() for p in model.parameters())
+    for state in optimizer.state.values():
+        for value in state.values():
+            if hasattr(value, "numel"):
+                total += _local(value).numel() * _local(value).element_size()
+    return total
+
+
+def _local(tensor: Any) -> Any:
+    """A DTensor's local shard; any other tensor itself."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def _decoder_layers(model: Any) -> list[Any]:
+    """The transformer blocks of a Hugging Face causal LM (each gets its own FSDP2 unit)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    return list(layers) if layers is not None else []
+
