@@ -229,6 +229,9 @@ class RLTrainer:
             self.global_step = start
             self._status("running", step=start, total_steps=self.total_steps)
             if start == 0:
+                ranks = getattr(self.workers.policy, "ranks", None)  # a policy on several ranks: where each runs
+                if ranks:
+                    started = {**started, "policy_ranks": ranks}
                 self.writer.log_event("started", step=0, total_steps=self.total_steps, **started)
                 if self.cfg.trainer.eval_before_train and self.val_rows:
                     self.writer.log_event("eval", step=0, **self.evaluate(0))

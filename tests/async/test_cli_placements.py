@@ -60,11 +60,12 @@ def test_disaggregated_one_step_async_through_the_cli(tmp_path, tiny_model_dir) 
 
 
 def test_placement_the_cluster_cannot_hold_fails_in_one_line(tmp_path, tiny_model_dir) -> None:
+    # 16 policy ranks, one CPU each (the mini-batch's 16 rows split across them): valid, but 17 CPUs
     done = run_cli(tmp_path, "too-big", tiny_model_dir, "trainer.placement.colocate_all=false",
-                   "trainer.placement.policy_num_gpus_per_node=512")
+                   "trainer.placement.policy_num_gpus_per_node=16")
     assert done.returncode == 1
     status = json.loads((tmp_path / "too-big" / "status.json").read_text())
     assert status["state"] == "failed"
     error = status["error"]
-    assert error.startswith("PlacementError: trainer.placement: disaggregated: policy 1 node(s) × 512 CPU")
-    assert "needs 513 CPU but the cluster has" in error and "\n" not in error
+    assert error.startswith("PlacementError: trainer.placement: disaggregated: policy 1 node(s) × 16 CPU")
+    assert "needs 17 CPU but the cluster has" in error and "\n" not in error

@@ -68,6 +68,10 @@ def test_two_fsdp2_ranks_train_exactly_as_one_worker(engine_ray, tmp_path, priva
             workers.shutdown()
         runs[ranks] = (RunReader(cfg.run_dir).metrics(), weights)
 
+    # the run records each rank, its strategy and its Ray node
+    started = [e for e in RunReader(tmp_path / "ranks2").events() if e["kind"] == "started"]
+    assert [r["rank"] for r in started[0]["policy_ranks"]] == [0, 1]
+    assert all(r["strategy"] == "fsdp2" and r["node_id"] for r in started[0]["policy_ranks"])
     (one, w1), (two, w2) = runs[1], runs[2]
     assert [r["step"] for r in one] == [r["step"] for r in two] == list(range(1, STEPS + 1))
     gaps = [abs(a["policy/policy_loss"] - b["policy/policy_loss"]) / max(abs(a["policy/policy_loss"]), 1e-12)

@@ -1,0 +1,123 @@
+"""A policy on 1 vs 2 CPU ranks (issue 12): step time, policy-update time and tokens/s, side by side.
+
+For each model (the quickstart's tiny Qwen2, and a ~10M-parameter Qwen2 of the same vocabulary) two
+disaggregated quickstart runs are built at once, one with 1 policy worker and one with 2 FSDP2 ranks
+(``trainer.placement.policy_num_gpus_per_node``), each with its own generator actor, and their steps
+alternate (1, 2, 1, 2, ...) so load changes hit both alike. On a 2-core machine a speed-up is not
+expected: the 2-rank figures are the overhead of the collective path (gloo all-gathers and
+reduce-scatters every layer). Per-rank resident parameter + AdamW bytes come from the workers'
+``policy/rank_resident_bytes_max``.
+
+    .venv/bin/python bench/scale_out.py [--steps 6] [--threads 1]
+
+Prints one JSON line and writes it to ``bench/results/scale_out.json``. Needs 5 Ray CPUs (logical: it
+starts a private cluster with 5 on any machine; only one run computes at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "backend")]
+
+
+def ten_million_model(base_dir: str, out_dir: str) -> str:
+    """A ~10M-parameter Qwen2 with the tiny model's tokenizer (random init), saved under ``out_dir``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from skyrl_engine.models import load_tokenizer, param_count
+
+    tokenizer = load_tokenizer(base_dir)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=256, num_hidden_layers=10, num_attention_heads=8,
+                         num_key_value_heads=4, intermediate_size=1024, max_position_embeddings=512,
+                         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    print(f"10M model: {param_count(model) / 1e6:.1f}M parameters", flush=True)
+    return out_dir
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6, help="measured steps per arm (after one warm-up)")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    from skyrl_core.config import load_config
+    from skyrl_core.runs import RunWriter
+    from skyrl_engine.models import resolve_model_path
+    from skyrl_engine.placement import start_private_ray
+    from skyrl_engine.tasks import load_prompts
+    from skyrl_engine.trainer import RLTrainer
+    from skyrl_engine.workers import Workers
+
+    start_private_ray(num_cpus=5)
+    tmp = tempfile.mkdtemp(prefix="bench-scale-out-")
+    total = args.steps + 1
+    base = load_config("quickstart", [
+        f"run.run_root={tmp}", "trainer.eval_interval=0", "trainer.eval_before_train=false", "trainer.ckpt_interval=0",
+        f"trainer.num_threads={args.threads}", f"trainer.max_training_steps={total}", "trainer.resume_mode=none",
+        "trainer.placement.colocate_all=false", "trainer.micro_train_batch_size_per_gpu=64",
+    ])
+    train = load_prompts(base.data.train_data, base.environment.env_class)
+    tiny = resolve_model_path(base.trainer.policy.model.path, train, base.trainer.seed)
+    models = {"quickstart_tiny": tiny, "qwen2_10m": ten_million_model(tiny, os.path.join(tmp, "model-10m"))}
+
+    result: dict = {"steps": args.steps, "threads": args.threads, "models": {}}
+    for name, model_path in models.items():
+        trainers = {}
+        for ranks in (1, 2):
+            cfg = base.with_overrides([f"run.run_id={name}-{ranks}", f"trainer.placement.policy_num_gpus_per_node={ranks}"])
+            trainers[ranks] = RLTrainer(cfg, RunWriter(cfg.run_dir), Workers.create(cfg, model_path, total), train, [])
+        rows: dict[int, list[dict]] = {1: [], 2: []}
+        try:
+            for step in range(1, total + 1):
+                for ranks, trainer in trainers.items():
+                    started = time.perf_counter()
+                    metrics = trainer.train_one_step(step)
+                    metrics["wall_s"] = time.perf_counter() - started
+                    if step > 1:  # the first step pays for lazy start-up work
+                        rows[ranks].append(metrics)
+        finally:
+            for trainer in trainers.values():
+                trainer.workers.shutdown()
+        arms = {}
+        for ranks, measured in rows.items():
+            step_s = statistics.median(r["wall_s"] for r in measured)
+            # tokens trained per step (sequence tokens of the batch), over the whole step's wall time
+            tokens = statistics.median(r["trainer/tokens_per_second"] * r["timing/policy_train"] for r in measured)
+            arms[f"ranks_{ranks}"] = {
+                "step_s_median": round(step_s, 3),
+                "policy_train_s_median": round(statistics.median(r["timing/policy_train"] for r in measured), 3),
+                "sync_weights_s_median": round(statistics.median(r["timing/sync_weights"] for r in measured), 3),
+                "train_tokens_per_s_median": round(statistics.median(r["trainer/tokens_per_second"] for r in measured), 1),
+                "step_tokens_per_s": round(tokens / step_s, 1),
+                "rank_resident_bytes": int(measured[-1]["policy/rank_resident_bytes_max"]),
+            }
+        one, two = arms["ranks_1"], arms["ranks_2"]
+        arms["step_time_2_over_1"] = round(two["step_s_median"] / one["step_s_median"], 2)
+        arms["policy_train_2_over_1"] = round(two["policy_train_s_median"] / one["policy_train_s_median"], 2)
+        arms["resident_bytes_2_over_1"] = round(two["rank_resident_bytes"] / one["rank_resident_bytes"], 2)
+        result["models"][name] = arms
+        print(name, json.dumps(arms), flush=True)
+    result["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(result))
+    out = ROOT / "bench" / "results" / "scale_out.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
