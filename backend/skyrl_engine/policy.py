@@ -352,11 +352,11 @@ class PolicyWorker:
 
 
 def _node_id() -> str:
-    """The Ray node this process runs on ("" outside Ray)."""
+    """The Ray node this process runs on ("" outside Ray: asking would start a Ray instance)."""
     try:
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
     except Exception:  # noqa: BLE001 - not in a Ray worker
         return ""
 

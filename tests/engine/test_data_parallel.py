@@ -82,3 +82,70 @@ def test_two_fsdp2_ranks_train_exactly_as_one_worker(engine_ray, tmp_path, priva
     assert [a["reward/avg_raw_reward"] for a in one] == [b["reward/avg_raw_reward"] for b in two]
     # sharding is real: each rank holds at most 0.6x the single worker's parameters + AdamW state
     assert two[-1]["policy/rank_resident_bytes_max"] <= 0.6 * one[-1]["policy/rank_resident_bytes_max"]
+
+
+def _batch(vocab: int):
+    """8 rows (4 prompts × 2 samples) of random tokens: 6 prompt + 6 response, a few responses shorter."""
+    import torch
+
+    from skyrl_engine.policy import TrainBatch
+
+    g = torch.Generator().manual_seed(0)
+    sequences = torch.randint(3, vocab, (8, 12), generator=g)
+    response_mask = torch.ones(8, 6, dtype=torch.long)
+    response_mask[1, 4:] = 0
+    response_mask[6, 2:] = 0
+    attention = torch.cat([torch.ones(8, 6, dtype=torch.long), response_mask], dim=1)
+    return TrainBatch(sequences_BL=sequences, attention_mask_BL=attention, response_mask_BT=response_mask,
+                      advantages_BT=torch.randn(8, 6, generator=g) * response_mask,
+                      rollout_logprobs_BT=-torch.rand(8, 6, generator=g) * 3, group_size=2)
+
+
+def _trainer_section():
+    return load_config("quickstart", ["trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
+                                      "generator.n_samples_per_prompt=2", "trainer.micro_train_batch_size_per_gpu=4",
+                                      "trainer.ckpt_interval=0", "trainer.strategy=ddp"]).trainer
+
+
+def _ddp_rank(rank: int, address: str, model_dir: str, results) -> None:
+    from skyrl_engine.models import load_tokenizer
+    from skyrl_engine.policy import PolicyWorker
+
+    worker = PolicyWorker(model_dir, _trainer_section(), 1.0, 1, num_threads=1, rank=rank, world_size=2)
+    joined = worker.join_group(address, "ddp")
+    metrics = worker.train_step(_batch(len(load_tokenizer(model_dir))))
+    weights = worker.get_weights()
+    if rank == 0:  # numpy arrays travel by value (torch tensors by a file descriptor this process closes)
+        results.put((joined, metrics, {k: v.numpy() for k, v in weights.items()}))
+    worker.dist.close()
+
+
+@pytest.mark.slow
+def test_two_ddp_ranks_train_exactly_as_one_worker(tiny_model_dir) -> None:
+    """The ddp strategy on the worker itself (two processes, gloo, no Ray): one update on the same batch
+    with the same micro-batches equals one worker's."""
+    import multiprocessing
+
+    from skyrl_engine.distributed import rendezvous_address
+    from skyrl_engine.models import load_tokenizer
+    from skyrl_engine.policy import PolicyWorker
+
+    single = PolicyWorker(tiny_model_dir, _trainer_section(), 1.0, 1, num_threads=1)
+    expected = single.train_step(_batch(len(load_tokenizer(tiny_model_dir))))
+    expected_weights = single.get_weights()
+
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    address = rendezvous_address()
+    procs = [ctx.Process(target=_ddp_rank, args=(rank, address, tiny_model_dir, results)) for rank in (0, 1)]
+    for proc in procs:
+        proc.start()
+    joined, metrics, weights = results.get(timeout=240)
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    assert joined["strategy"] == "ddp" and joined["rank"] == 0
+    assert metrics["policy/policy_loss"] == pytest.approx(expected["policy/policy_loss"], rel=1e-5)
+    assert metrics["policy/rank_resident_bytes_max"] == expected["policy/rank_resident_bytes_max"]  # replicas
+    gap = max(abs(weights[k] - expected_weights[k].numpy()).max() for k in expected_weights)
+    assert gap <= 1e-5, gap
