@@ -6,8 +6,9 @@ gloo on CPU) and wraps its model:
 
 - ``fsdp2``: PyTorch's own ``fully_shard`` on each decoder layer and on the whole model, so parameters,
   gradients and AdamW state are sharded across ranks (each keeps 1/N of every tensor);
-- ``ddp``: ``DistributedDataParallel``, every rank a full replica (the fallback where FSDP2 cannot
-  run; the rank records which one ran).
+- ``ddp``: ``DistributedDataParallel``, every rank a full replica, when ``trainer.strategy=ddp`` asks for
+  it. There is no automatic fallback yet: FSDP2 ran wherever it was tried (CPU/gloo here). Each rank
+  reports the strategy it wrapped with, and the run's ``started`` event records it.
 
 Each rank trains on its contiguous slice of every mini-batch while the loss keeps the global mini-batch's
 normalisation (its sequence and token counts). Both wrappers average gradients over the ranks (gloo
@@ -64,7 +65,7 @@ class DistributedContext:
 
     # -- wrapping -------------------------------------------------------------------------------
     def wrap(self, model: Any, strategy: str) -> tuple[Any, str]:
-        """``model`` sharded (fsdp2) or replicated (ddp) across the group; ``(model, strategy that ran)``."""
+        """``model`` sharded (fsdp2) or replicated (ddp) across the group; ``(model, strategy used)``."""
         from skyrl_core.choices import Strategy
 
         if strategy == Strategy.FSDP2:

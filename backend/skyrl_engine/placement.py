@@ -260,29 +260,17 @@ class Placement:
         )
 
     def policy_options(self, rank: int = 0) -> dict[str, Any]:
-        """``ray.remote(...).options(**this)`` for policy worker ``rank`` (one per policy node)."""
+        """``ray.remote(...).options(**this)`` for policy rank ``rank``: one device (a GPU, or a CPU on a
+        CPU cluster) of its node's bundle, or colocated, its share of engine bundle ``rank``."""
         plan = self.plan
         if plan.colocate_all:
             share = _COLOCATED_POLICY_SHARE
             return {**self._resources(share), "scheduling_strategy": self._strategy(self.engine_group, rank)}
-        if not 0 <= rank < plan.policy_num_nodes:
-            raise IndexError(f"rank {rank} out of range: the plan has {plan.policy_num_nodes} policy node(s)")
-        return {
-            **self._resources(plan.policy_num_gpus_per_node),
-            "scheduling_strategy": self._strategy(self.policy_group, rank),
-        }
-
-    def policy_rank_options(self, rank: int) -> dict[str, Any]:
-        """``ray.remote(...).options(**this)`` for rank ``rank`` of a policy on several ranks: one device
-        (a GPU, or a CPU on a CPU cluster) of its node's bundle, or colocated, its share of engine bundle
-        ``rank``."""
-        plan = self.plan
-        if plan.colocate_all:
-            return self.policy_options(rank)
         per_node = max(1, plan.policy_num_gpus_per_node)
         if not 0 <= rank < plan.policy_num_nodes * per_node:
             raise IndexError(f"rank {rank} out of range: the plan has {plan.policy_num_nodes * per_node} policy rank(s)")
-        return {**self._resources(1), "scheduling_strategy": self._strategy(self.policy_group, rank // per_node)}
+        return {**self._resources(min(1, plan.policy_num_gpus_per_node)),
+                "scheduling_strategy": self._strategy(self.policy_group, rank // per_node)}
 
     def engine_options(self, engine_index: int) -> dict[str, Any]:
         """``ray.remote(...).options(**this)`` for engine ``engine_index`` (sits on its first bundle)."""

@@ -188,7 +188,6 @@ class PolicyWorker:
         self.total_optimizer_steps = max(1, total_steps * updates_per_step(t, t.policy_mini_batch_size))
         self.rank, self.world_size = rank, world_size
         self.dist: Any = None  # a DistributedContext once join_group ran (world_size > 1)
-        self.strategy = "single"
         if world_size == 1:
             self.optimizer, self.scheduler = make_optimizer(self.model, t.policy.optimizer_config,
                                                             self.total_optimizer_steps)
@@ -206,10 +205,10 @@ class PolicyWorker:
         from skyrl_engine.distributed import DistributedContext
 
         self.dist = DistributedContext(address, self.rank, self.world_size)
-        self.model, self.strategy = self.dist.wrap(self.model, strategy)
+        self.model, ran = self.dist.wrap(self.model, strategy)
         self.optimizer, self.scheduler = make_optimizer(self.model, self.trainer.policy.optimizer_config,
                                                         self.total_optimizer_steps)
-        return {"rank": self.rank, "strategy": self.strategy, "node_id": _node_id()}
+        return {"rank": self.rank, "strategy": ran, "node_id": _node_id()}
 
     # -- the update ---------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch) -> dict[str, float]:

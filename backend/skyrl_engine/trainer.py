@@ -229,7 +229,7 @@ class RLTrainer:
             self.global_step = start
             self._status("running", step=start, total_steps=self.total_steps)
             if start == 0:
-                ranks = getattr(self.workers.policy, "ranks", None)  # a policy on several ranks: where each runs
+                ranks = self.workers.policy_ranks()  # a policy on several ranks: where each runs
                 if ranks:
                     started = {**started, "policy_ranks": ranks}
                 self.writer.log_event("started", step=0, total_steps=self.total_steps, **started)

@@ -138,19 +138,20 @@ class RankGroup(Role):
         return group
 
     def _all(self, refs: list[Any]) -> list[Any]:
-        """Every rank's result, in rank order; the first rank to fail raises, named."""
+        """Every rank's result, in rank order; the first rank to fail raises, named (its error's last line)."""
         import ray
 
+        results: dict[int, Any] = {}
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
+            rank = refs.index(done[0])
             try:
-                ray.get(done[0])
+                results[rank] = ray.get(done[0])
             except Exception as exc:
-                rank = refs.index(done[0])
-                first = (str(exc).strip().splitlines() or [""])[-1][:300]
-                raise RuntimeError(f"{self.name}: rank {rank} failed: {type(exc).__name__}: {first}") from exc
-        return ray.get(refs)
+                last_line = (str(exc).strip().splitlines() or [""])[-1][:300]
+                raise RuntimeError(f"{self.name}: rank {rank} failed: {type(exc).__name__}: {last_line}") from exc
+        return [results[rank] for rank in range(len(refs))]
 
     def submit(self, method: str, *args: Any) -> Any:
         """Start ``method(*args)`` on every rank; rank 0's object ref (it completes with the group's)."""
@@ -161,13 +162,8 @@ class RankGroup(Role):
         return self._all([getattr(h, method).remote(*args) for h in self.handles])[0]
 
     def close(self) -> None:
-        import ray
-
         for handle in self.handles:
-            try:
-                ray.kill(handle)
-            except Exception:  # noqa: BLE001 - the actor may already be gone
-                pass
+            Role(handle, remote=True).close()
 
     def __repr__(self) -> str:
         strategy = self.ranks[0]["strategy"] if self.ranks else "not joined"
@@ -235,7 +231,7 @@ class Workers:
         try:
             ranks = policy_ranks(cfg)
             if ranks > 1:
-                policy: Role = RankGroup.start(PolicyWorker, [placement.policy_rank_options(r) for r in range(ranks)],
+                policy: Role = RankGroup.start(PolicyWorker, [placement.policy_options(r) for r in range(ranks)],
                                                str(t.strategy), *policy_args)
             else:
                 policy = Role.actor(PolicyWorker, placement.policy_options(0), *policy_args)
@@ -351,6 +347,10 @@ class Workers:
                 self.placement.remove()
 
     # -- display --------------------------------------------------------------------------------
+    def policy_ranks(self) -> list[dict[str, Any]]:
+        """Each policy rank's ``{rank, strategy, node_id}`` when the policy is on several ranks, else []."""
+        return list(getattr(self.policy, "ranks", []))
+
     def roles(self) -> dict[str, Role]:
         """The roles this job has, by name."""
         named = {"generator": self.generator, "policy": self.policy, "critic": self.critic,
