@@ -79,6 +79,11 @@ class Strategy(StrEnum):
     FSDP2, DDP = "fsdp2", "ddp"
 
 
+class Precision(StrEnum):
+    """A dtype of ``fsdp_config.mixed_precision`` (SkyRL's names)."""
+    BF16, FP16, FP32 = "bf16", "fp16", "fp32"
+
+
 class RunState(StrEnum):
     """A run's ``state`` in ``status.json`` (and a job's, lower-cased from Ray's)."""
     PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "pending", "running", "succeeded", "failed", "stopped"

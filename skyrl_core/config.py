@@ -39,6 +39,7 @@ from skyrl_core.choices import (
     KLEstimator,
     LossReduction,
     ResumeMode,
+    Precision,
     Scheduler,
     SequenceMaskMetric,
     Strategy,
@@ -128,9 +129,29 @@ class OptimizerConfig(_Section):
     scheduler: Scheduler = Scheduler.CONSTANT_WITH_WARMUP
 
 
+class MixedPrecisionConfig(_Section):
+    """FSDP2's ``MixedPrecisionPolicy``: parameters cast to ``param_dtype`` for compute, gradients reduced in
+    ``reduce_dtype``; the optimizer keeps fp32 master weights."""
+
+    param_dtype: Precision = Precision.BF16
+    reduce_dtype: Precision = Precision.FP32
+    buffer_dtype: Precision = Precision.FP32
+
+
+class FSDPConfig(_Section):
+    """SkyRL's ``fsdp_config``: how ``trainer.strategy=fsdp2`` wraps a model on several ranks."""
+
+    cpu_offload: bool = False  # FSDP2's CPUOffloadPolicy: parameters, gradients and AdamW state live on the host
+    reshard_after_forward: bool = True  # free the gathered parameters after each forward (ZeRO-3), else keep them
+    fsdp_size: int = -1  # -1: shard across every rank (the only layout; hybrid sharding is not built)
+    mixed_precision: MixedPrecisionConfig | None = None
+    wrap_policy: dict[str, Any] = Field(default_factory=dict)  # {}: one unit per decoder layer + the root
+
+
 class PolicyConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     optimizer_config: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    fsdp_config: FSDPConfig = Field(default_factory=FSDPConfig)
 
 
 class CriticConfig(_Section):
@@ -138,6 +159,7 @@ class CriticConfig(_Section):
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     optimizer_config: OptimizerConfig = Field(default_factory=lambda: OptimizerConfig(lr=5e-6))
+    fsdp_config: FSDPConfig = Field(default_factory=FSDPConfig)
 
 
 # ---------------------------------------------------------------------------------- algorithm
@@ -217,6 +239,8 @@ class PlacementConfig(_Section):
     colocate_all: bool = True
     policy_num_nodes: int = Field(1, ge=1)
     policy_num_gpus_per_node: int = Field(1, ge=0)
+    critic_num_nodes: int = Field(1, ge=1)
+    critic_num_gpus_per_node: int = Field(1, ge=0)
 
 
 class FullyAsyncConfig(_Section):
@@ -745,6 +769,15 @@ def _section_type(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _optional_section_type(annotation: Any) -> type[BaseModel] | None:
+    """``X`` for a ``X | None`` section (e.g. ``fsdp_config.mixed_precision``), whose keys may be set one by one."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        sections = [a for a in typing.get_args(annotation) if _section_type(a) is not None]
+        if len(sections) == 1 and type(None) in typing.get_args(annotation):
+            return sections[0]
+    return None
+
+
 def _kind_of(annotation: Any) -> type | None:
     if annotation in (bool, int, float):
         return annotation
@@ -769,9 +802,11 @@ def _set_dotted(tree: dict[str, Any], key: str, value: Any, problems: list[str])
         if model is None or part not in model.model_fields:
             problems.append(_unknown_key_message(key))
             return
-        sub = _section_type(model.model_fields[part].annotation)
+        annotation = model.model_fields[part].annotation
+        sub = _section_type(annotation) or _optional_section_type(annotation)
         if i == len(parts) - 1:
-            if sub is not None and not isinstance(value, dict):
+            if sub is not None and not isinstance(value, dict) and not (value is None and sub is not
+                                                                        _section_type(annotation)):
                 problems.append(f"{key}: is a section, set one of its keys instead "
                                 f"(e.g. {key}.{next(iter(sub.model_fields))}=...)")
                 return
@@ -940,9 +975,10 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozens
          lambda: [] if cfg.data.train_data else ["data.train_data: [] is empty; give at least one Parquet/JSONL file"]),
         (("trainer.async_one_step", "trainer.fully_async.enabled", "trainer.placement.colocate_all"),
          lambda: _async_placement_problems(cfg)),
-        (("trainer.placement.policy_num_nodes", "trainer.placement.policy_num_gpus_per_node",
-          "trainer.policy_mini_batch_size", "generator.n_samples_per_prompt", "trainer.ckpt_interval"),
-         lambda: _policy_rank_problems(cfg)),
+        (("trainer.placement", "trainer.policy_mini_batch_size", "trainer.critic_mini_batch_size",
+          "generator.n_samples_per_prompt", "trainer.strategy", "trainer.policy.fsdp_config",
+          "trainer.critic.fsdp_config", "trainer.algorithm.advantage_estimator"),
+         lambda: _rank_problems(cfg)),
         (("data.train_data",), lambda: _data_file_problems("train_data", cfg.data.train_data, check_files)),
         (("data.val_data",), lambda: _data_file_problems("val_data", cfg.data.val_data, check_files)),
         (("trainer.policy.model.path",),
@@ -987,20 +1023,49 @@ def policy_ranks(cfg: JobConfig) -> int:
     return max(1, p.policy_num_nodes * p.policy_num_gpus_per_node)
 
 
-def _policy_rank_problems(cfg: JobConfig) -> list[str]:
-    ranks = policy_ranks(cfg)
-    if ranks == 1:
-        return []
-    t, g = cfg.trainer, cfg.generator
-    where = f"{ranks} policy ranks (trainer.placement.policy_num_nodes × policy_num_gpus_per_node)"
+def critic_ranks(cfg: JobConfig) -> int:
+    """How many critic workers train together (gae only, else 0): ``critic_num_nodes × critic_num_gpus_per_node``."""
+    from skyrl_core.choices import AdvantageEstimator
+
+    if cfg.trainer.algorithm.advantage_estimator != AdvantageEstimator.GAE:
+        return 0
+    p = cfg.trainer.placement
+    return max(1, p.critic_num_nodes * p.critic_num_gpus_per_node)
+
+
+def _rank_problems(cfg: JobConfig) -> list[str]:
+    """What a policy (or critic) on several ranks needs: rows that split evenly, the critic on the policy's
+    bundles, fsdp_config values this engine builds."""
+    t, g, p = cfg.trainer, cfg.generator, cfg.trainer.placement
     found = []
-    rows = t.policy_mini_batch_size * g.n_samples_per_prompt
-    if rows % ranks:
-        found.append(f"trainer.policy_mini_batch_size: {t.policy_mini_batch_size} prompts × {g.n_samples_per_prompt} "
-                     f"samples = {rows} rows do not split evenly across {where}; allowed: a multiple of {ranks} rows")
-    if t.ckpt_interval > 0:
-        found.append(f"trainer.ckpt_interval: {t.ckpt_interval} is not allowed with {where}: sharded checkpoints "
-                     "are not written yet; allowed: 0")
+    roles = [("policy", policy_ranks(cfg), t.policy_mini_batch_size, t.policy.fsdp_config)]
+    if critic_ranks(cfg):
+        roles.append(("critic", critic_ranks(cfg), t.critic_mini_batch_size, t.critic.fsdp_config))
+    for role, ranks, mini, fsdp in roles:
+        where = f"{ranks} {role} rank(s) (trainer.placement.{role}_num_nodes × {role}_num_gpus_per_node)"
+        rows = mini * g.n_samples_per_prompt
+        if ranks > 1 and rows % ranks:
+            found.append(f"trainer.{role}_mini_batch_size: {mini} prompts × {g.n_samples_per_prompt} samples = "
+                         f"{rows} rows do not split evenly across {where}; allowed: a multiple of {ranks} rows")
+        key = f"trainer.{role}.fsdp_config"
+        if fsdp.fsdp_size not in (-1, ranks):
+            found.append(f"{key}.fsdp_size: {fsdp.fsdp_size} is not allowed (hybrid sharding is not built); "
+                         f"allowed: -1 or {ranks} (every rank)")
+        if fsdp.wrap_policy:
+            found.append(f"{key}.wrap_policy: {fsdp.wrap_policy!r} is not allowed (each decoder layer is one FSDP2 "
+                         "unit); allowed: {}")
+        sharded = ranks > 1 and t.strategy == Strategy.FSDP2
+        for name, value, default in (("cpu_offload", fsdp.cpu_offload, False),
+                                     ("mixed_precision", fsdp.mixed_precision, None)):
+            if value != default and not sharded:
+                why = "trainer.strategy=ddp" if ranks > 1 else f"{where} (a single worker is not wrapped)"
+                found.append(f"{key}.{name}: {value!r} applies to fsdp2 on several ranks, not to {why}; "
+                             f"allowed: {default!r}")
+    if critic_ranks(cfg) > 1 and (p.critic_num_nodes, p.critic_num_gpus_per_node) != (p.policy_num_nodes,
+                                                                                     p.policy_num_gpus_per_node):
+        found.append(f"trainer.placement.critic_num_nodes × critic_num_gpus_per_node: {p.critic_num_nodes} × "
+                     f"{p.critic_num_gpus_per_node} is not allowed; the critic's ranks share the policy's bundles, "
+                     f"allowed: 1 × 1 or the policy's {p.policy_num_nodes} × {p.policy_num_gpus_per_node}")
     return found
 
 

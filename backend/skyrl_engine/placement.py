@@ -272,6 +272,11 @@ class Placement:
         return {**self._resources(min(1, plan.policy_num_gpus_per_node)),
                 "scheduling_strategy": self._strategy(self.policy_group, rank // per_node)}
 
+    def critic_options(self, rank: int = 0) -> dict[str, Any]:
+        """``ray.remote(...).options(**this)`` for critic rank ``rank``: policy rank ``rank``'s bundle with no
+        CPU of its own (the critic's passes and the policy's never run at the same time)."""
+        return {"num_cpus": 0, "scheduling_strategy": self.policy_options(rank)["scheduling_strategy"]}
+
     def engine_options(self, engine_index: int) -> dict[str, Any]:
         """``ray.remote(...).options(**this)`` for engine ``engine_index`` (sits on its first bundle)."""
         plan = self.plan
