@@ -38,8 +38,8 @@ from skyrl_core.choices import (
     KLController,
     KLEstimator,
     LossReduction,
-    ResumeMode,
     Precision,
+    ResumeMode,
     Scheduler,
     SequenceMaskMetric,
     Strategy,
@@ -1042,7 +1042,7 @@ def _rank_problems(cfg: JobConfig) -> list[str]:
     if critic_ranks(cfg):
         roles.append(("critic", critic_ranks(cfg), t.critic_mini_batch_size, t.critic.fsdp_config))
     for role, ranks, mini, fsdp in roles:
-        where = f"{ranks} {role} rank(s) (trainer.placement.{role}_num_nodes × {role}_num_gpus_per_node)"
+        where = f"{ranks} {role} rank{'s' if ranks != 1 else ''} (trainer.placement.{role}_num_nodes × {role}_num_gpus_per_node)"
         rows = mini * g.n_samples_per_prompt
         if ranks > 1 and rows % ranks:
             found.append(f"trainer.{role}_mini_batch_size: {mini} prompts × {g.n_samples_per_prompt} samples = "

@@ -5,17 +5,18 @@
     <ckpt_path>/                       trainer.ckpt_path, default <run_dir>/checkpoints
       latest_ckpt_global_step.txt      the newest COMPLETE checkpoint (written last)
       global_step_N/
-        policy/                        model.safetensors + config.json + tokenizer (an HF model dir)
-        policy/optimizer.pt            AdamW state
-        policy/scheduler.pt            LR scheduler state
-        policy/rng.pt                  python, numpy and torch RNG states of the trainer process
-        critic/                        gae only: model.safetensors (body + value_head), optimizer.pt,
-                                       scheduler.pt (critic.py)
+        policy/                        model.safetensors + config.json (an HF model dir, consolidated)
+          optim_world_size_W_rank_R.pt         each rank's AdamW state (its fsdp2 shards)
+          extra_state_world_size_W_rank_R.pt   each rank's LR schedule and RNG states
+          fsdp_config.json                     the strategy and world size that wrote them
+        critic/                        gae only: the same, model.safetensors = body + value_head
         trainer_state.json             global_step, data position, the step's metrics, config
         data.json                      the train loader position (epoch, batch_in_epoch)
 
 A checkpoint is assembled in ``.tmp_global_step_N`` and renamed into place before the latest file
 is updated, so a kill at any moment leaves either the previous or the new checkpoint, never half.
+The roles' parts are written and read by :class:`skyrl_engine.trainable.TrainableWorker`; a checkpoint
+written by W ranks resumes on any number of ranks.
 """
 
 from __future__ import annotations
@@ -111,53 +112,3 @@ def read_trainer_state(ckpt_dir: str) -> dict[str, Any]:
     """The driver's state saved with a checkpoint."""
     with open(os.path.join(ckpt_dir, "trainer_state.json")) as f:
         return json.load(f)
-
-
-# -- the policy's part (runs inside the trainer actor) ----------------------------------------
-
-
-def write_policy_state(ckpt_dir: str, model, optimizer, scheduler, extra: dict[str, Any] | None = None) -> None:
-    """Policy weights (safetensors, HF layout), optimizer, scheduler and RNG states under ``ckpt_dir/policy``."""
-    import random
-
-    import numpy as np
-    import torch
-
-    policy_dir = os.path.join(ckpt_dir, "policy")
-    os.makedirs(policy_dir, exist_ok=True)
-    model.save_pretrained(policy_dir, safe_serialization=True)
-    torch.save(optimizer.state_dict(), os.path.join(policy_dir, "optimizer.pt"))
-    torch.save(scheduler.state_dict(), os.path.join(policy_dir, "scheduler.pt"))
-    rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    torch.save(rng, os.path.join(policy_dir, "rng.pt"))
-    if extra:
-        with open(os.path.join(policy_dir, "extra.json"), "w") as f:
-            json.dump(extra, f, default=str)
-
-
-def read_policy_state(ckpt_dir: str, model, optimizer, scheduler) -> dict[str, Any]:
-    """Restore what :func:`write_policy_state` wrote, in place; return the extra state."""
-    import random
-
-    import torch
-    from safetensors.torch import load_file
-
-    policy_dir = os.path.join(ckpt_dir, "policy")
-    weights = load_file(os.path.join(policy_dir, "model.safetensors"))
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
-    if unexpected or set(missing) - tied:
-        raise RuntimeError(f"{policy_dir}: checkpoint does not fit the model (missing {missing}, unexpected {unexpected})")
-    optimizer.load_state_dict(torch.load(os.path.join(policy_dir, "optimizer.pt"), weights_only=False))
-    scheduler.load_state_dict(torch.load(os.path.join(policy_dir, "scheduler.pt"), weights_only=False))
-    rng = torch.load(os.path.join(policy_dir, "rng.pt"), weights_only=False)
-    import numpy as np
-
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
-    extra_path = os.path.join(policy_dir, "extra.json")
-    if os.path.exists(extra_path):
-        with open(extra_path) as f:
-            return json.load(f)
-    return {}

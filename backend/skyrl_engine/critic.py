@@ -16,13 +16,15 @@ The value model is a causal LM's transformer body with a linear head (SkyRL's ``
 output at the position *before* response token t, the same alignment as the policy's log-probs.
 
 :class:`CriticWorker` is the critic role of :class:`skyrl_engine.workers.Workers` (in-process or a Ray actor).
-Its checkpoint is ``global_step_N/critic/`` (weights, optimizer, scheduler) next to ``policy/``.
+Its checkpoint is ``global_step_N/critic/`` next to ``policy/``, in the same layout (trainable.py).
 """
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Any
+
+from skyrl_engine.trainable import TrainableWorker
 
 if TYPE_CHECKING:
     import torch
@@ -85,33 +87,35 @@ def response_values(model, batch: TrainBatch) -> torch.Tensor:
     return model.value_head(hidden_BTH).squeeze(-1).float()
 
 
-class CriticWorker:
-    """Value model + AdamW + LR schedule (``trainer.critic.optimizer_config``)."""
+class CriticWorker(TrainableWorker):
+    """Value model + AdamW + LR schedule (``trainer.critic.optimizer_config``); one rank of the critic role
+    (:class:`skyrl_engine.trainable.TrainableWorker`)."""
+
+    role = CRITIC_DIR
 
     def __init__(self, model_path: str, trainer: TrainerConfig, total_steps: int, num_threads: int = 0,
-                 plugins: list[str] | tuple[str, ...] = ()):
-        from skyrl_engine.policy import make_optimizer, prepare_worker, updates_per_step
+                 plugins: list[str] | tuple[str, ...] = (), rank: int = 0, world_size: int = 1):
+        from skyrl_engine.policy import prepare_worker, updates_per_step
 
         self.num_threads = prepare_worker(num_threads, plugins)
         t = self.trainer = trainer
         self.model = build_value_model(model_path, int(t.seed))
         self.model.train()
-        self.optimizer, self.scheduler = make_optimizer(
-            self.model, t.critic.optimizer_config, total_steps * updates_per_step(t, t.critic_mini_batch_size))
+        self._setup(t.critic.optimizer_config, t.critic.fsdp_config,
+                    total_steps * updates_per_step(t, t.critic_mini_batch_size), rank, world_size)
 
     def compute_values(self, batch: TrainBatch) -> torch.Tensor:
         """``values_BT`` of the batch before any update (micro-batched, no grad), zero off the response."""
-        from skyrl_engine.policy import forward_no_grad, forward_rows
+        from skyrl_engine.policy import forward_rows
 
-        return forward_no_grad(self.model, batch, forward_rows(self.trainer), response_values)
+        return self.forward_rows_no_grad(batch, forward_rows(self.trainer), response_values)
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """Fit ``batch.returns_BT`` with the clipped value loss; return SkyRL's ``critic/...`` metrics.
 
-        ``batch.values_BT`` (from :meth:`compute_values`) are the old values the clip is around.
+        ``batch.values_BT`` (from :meth:`compute_values`) are the old values the clip is around. With
+        several ranks each fits its slice of every mini-batch (see TrainableWorker).
         """
-        import torch
-
         from skyrl_engine import algorithms
 
         if batch.values_BT is None or batch.returns_BT is None:
@@ -135,8 +139,9 @@ class CriticWorker:
                 mini_B = min(mini_rows, B - mini_start)
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_loss = 0.0
-                for micro_start in range(0, mini_B, micro_rows):
-                    lo, hi = mini_start + micro_start, mini_start + min(micro_start + micro_rows, mini_B)
+                first, last = self.my_rows(mini_B)
+                for micro_start in range(first, last, micro_rows):
+                    lo, hi = mini_start + micro_start, mini_start + min(micro_start + micro_rows, last)
                     micro = batch.rows(lo, hi)
                     mask_BT = micro.response_mask_BT.float()
                     values_BT = response_values(self.model, micro)
@@ -144,49 +149,31 @@ class CriticWorker:
                         values_BT, micro.values_BT, micro.returns_BT, mask_BT, value_clip
                     )
                     # the loss is a mean over rows: each micro-batch carries its share of the mini-batch
-                    (loss * ((hi - lo) / mini_B)).backward()
+                    self.backward(loss * ((hi - lo) / mini_B))
                     mini_loss += loss.item() * (hi - lo) / mini_B
                     add("values_mean", algorithms.masked_mean(values_BT.detach(), mask_BT).item())
                     add("values_clipfrac", clipfrac)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.critic.optimizer_config.max_grad_norm)
                 add("critic_loss", mini_loss)
-                add("grad_norm", float(grad_norm))
+                add("grad_norm", self.clip_grad_norm(t.critic.optimizer_config.max_grad_norm))
                 add("critic_lr", self.scheduler.get_last_lr()[0])
                 self.optimizer.step()
                 self.scheduler.step()
-        return {f"critic/{k}": sums[k] / counts[k] for k in sums}
+        return self.finish_metrics({f"critic/{k}": sums[k] / counts[k] for k in sums}, summed=("critic/critic_loss",))
 
     # -- state ----------------------------------------------------------------------------------
-    def save_checkpoint(self, ckpt_dir: str) -> None:
-        """Write ``ckpt_dir/critic/``: ``model.safetensors`` (body + value_head), optimizer, scheduler."""
-        import torch
+    def _write_weights(self, role_dir: str, weights: dict[str, Any]) -> None:
+        """``model.safetensors``: the body and the value head."""
         from safetensors.torch import save_file
 
-        critic_dir = os.path.join(ckpt_dir, CRITIC_DIR)
-        os.makedirs(critic_dir, exist_ok=True)
         # clone: tied or shared tensors would make safetensors refuse the file
-        weights = {k: v.detach().clone().contiguous() for k, v in self.model.state_dict().items()}
-        save_file(weights, os.path.join(critic_dir, "model.safetensors"))
-        torch.save(self.optimizer.state_dict(), os.path.join(critic_dir, "optimizer.pt"))
-        torch.save(self.scheduler.state_dict(), os.path.join(critic_dir, "scheduler.pt"))
+        save_file({k: v.detach().clone().contiguous() for k, v in weights.items()},
+                  os.path.join(role_dir, "model.safetensors"))
 
-    def load_checkpoint(self, ckpt_dir: str) -> None:
-        """Restore what :meth:`save_checkpoint` wrote, in place."""
-        import torch
-        from safetensors.torch import load_file
-
-        critic_dir = os.path.join(ckpt_dir, CRITIC_DIR)
-        weights_path = os.path.join(critic_dir, "model.safetensors")
-        if not os.path.exists(weights_path):
-            raise FileNotFoundError(f"{ckpt_dir}: no critic checkpoint ({weights_path}); "
+    def _read_weights(self, role_dir: str) -> dict[str, Any]:
+        if not os.path.exists(os.path.join(role_dir, "model.safetensors")):
+            raise FileNotFoundError(f"{os.path.dirname(role_dir)}: no critic checkpoint ({role_dir}/model.safetensors); "
                                     "was it written by a run without advantage_estimator=gae?")
-        self.model.load_state_dict(load_file(weights_path), strict=True)
-        self.optimizer.load_state_dict(torch.load(os.path.join(critic_dir, "optimizer.pt"), weights_only=False))
-        self.scheduler.load_state_dict(torch.load(os.path.join(critic_dir, "scheduler.pt"), weights_only=False))
-
-    def ping(self) -> int:
-        """The torch thread count (also proves the actor is up)."""
-        return self.num_threads
+        return super()._read_weights(role_dir)
 
     def __repr__(self) -> str:
         n = sum(p.numel() for p in self.model.parameters())

@@ -7,8 +7,13 @@ gloo on CPU) and wraps its model:
 - ``fsdp2``: PyTorch's own ``fully_shard`` on each decoder layer and on the whole model, so parameters,
   gradients and AdamW state are sharded across ranks (each keeps 1/N of every tensor);
 - ``ddp``: ``DistributedDataParallel``, every rank a full replica, when ``trainer.strategy=ddp`` asks for
-  it. There is no automatic fallback yet: FSDP2 ran wherever it was tried (CPU/gloo here). Each rank
-  reports the strategy it wrapped with, and the run's ``started`` event records it.
+  it, or as the fallback when ``fully_shard`` refuses the model before wrapping any of it (the rank
+  records why). FSDP2 ran wherever it was tried (CPU/gloo here, torch 2.13). Each rank reports the
+  strategy it wrapped with, and the run's ``started`` event records it.
+
+``trainer.<role>.fsdp_config`` (SkyRL's keys) shapes the fsdp2 wrap: ``mixed_precision`` becomes FSDP2's
+``MixedPrecisionPolicy``, ``reshard_after_forward`` is passed through, ``cpu_offload`` becomes its
+``CPUOffloadPolicy`` on CUDA (on a CPU device the parameters already live in host memory).
 
 Each rank trains on its contiguous slice of every mini-batch while the loss keeps the global mini-batch's
 normalisation (its sequence and token counts). Both wrappers average gradients over the ranks (gloo
@@ -22,7 +27,19 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-__all__ = ["DistributedContext", "rank_slice", "rendezvous_address", "resident_bytes"]
+__all__ = ["DistributedContext", "node_id", "rank_slice", "rendezvous_address", "resident_bytes"]
+
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def node_id() -> str:
+    """The Ray node this process runs on ("" outside Ray: asking would start a Ray instance)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:  # noqa: BLE001 - not in a Ray worker
+        return ""
 
 
 def rendezvous_address() -> str:
@@ -64,22 +81,46 @@ class DistributedContext:
                                 timeout=datetime.timedelta(seconds=timeout_s))
 
     # -- wrapping -------------------------------------------------------------------------------
-    def wrap(self, model: Any, strategy: str) -> tuple[Any, str]:
-        """``model`` sharded (fsdp2) or replicated (ddp) across the group; ``(model, strategy used)``."""
+    def wrap(self, model: Any, strategy: str, fsdp_config: Any = None) -> tuple[Any, str, str]:
+        """``model`` sharded (fsdp2) or replicated (ddp) across the group: ``(model, strategy that ran,
+        why fsdp2 fell back to ddp or "")``."""
         from skyrl_core.choices import Strategy
 
         if strategy == Strategy.FSDP2:
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.fsdp import fully_shard
-
-            mesh = init_device_mesh(self.device, (self.world_size,))
-            for layer in _decoder_layers(model):
-                fully_shard(layer, mesh=mesh)
-            fully_shard(model, mesh=mesh)
-            return model, str(Strategy.FSDP2)
+            try:
+                return self._fully_shard(model, fsdp_config), str(Strategy.FSDP2), ""
+            except _Unwrapped as exc:  # fully_shard refused the model before touching it
+                fallback = f"fsdp2 could not wrap the model ({exc.reason}); ddp ran instead"
+        else:
+            fallback = ""
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model), str(Strategy.DDP)
+        return DistributedDataParallel(model), str(Strategy.DDP), fallback
+
+    def _fully_shard(self, model: Any, fsdp_config: Any) -> Any:
+        import torch
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+        kwargs: dict[str, Any] = {}
+        if fsdp_config is not None:
+            mp = fsdp_config.mixed_precision
+            if mp is not None:
+                kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, _DTYPES[mp.param_dtype]),
+                                                           reduce_dtype=getattr(torch, _DTYPES[mp.reduce_dtype]))
+            kwargs["offload_policy"] = (CPUOffloadPolicy() if fsdp_config.cpu_offload and self.device == "cuda"
+                                        else OffloadPolicy())
+            kwargs["reshard_after_forward"] = bool(fsdp_config.reshard_after_forward)
+        mesh = init_device_mesh(self.device, (self.world_size,))
+        units = [*_decoder_layers(model), model]
+        for i, unit in enumerate(units):
+            try:
+                fully_shard(unit, mesh=mesh, **kwargs)
+            except Exception as exc:
+                if i == 0:
+                    raise _Unwrapped(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}") from exc
+                raise  # half the model is sharded already: no clean way back to ddp
+        return model
 
     # -- collectives ----------------------------------------------------------------------------
     def reduce_metrics(self, metrics: dict[str, float], summed: tuple[str, ...]) -> dict[str, float]:
@@ -102,6 +143,21 @@ class DistributedContext:
             else:
                 out[key] = float(values[i]) / self.world_size
         return out
+
+    def gather_rows(self, part: Any) -> Any:
+        """Every rank's ``part`` (same shape on each) concatenated along the first dimension, on every rank."""
+        import torch
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(part) for _ in range(self.world_size)]
+        dist.all_gather(parts, part.contiguous())
+        return torch.cat(parts, dim=0)
+
+    def barrier(self) -> None:
+        """Wait until every rank is here."""
+        import torch.distributed as dist
+
+        dist.barrier()
 
     def full_state_dict(self, model: Any) -> dict[str, Any]:
         """The whole model's state dict on CPU at rank 0 ({} on the others); every rank must call it."""
@@ -128,6 +184,14 @@ def resident_bytes(model: Any, optimizer: Any) -> int:
             if hasattr(value, "numel"):
                 total += _local(value).numel() * _local(value).element_size()
     return total
+
+
+class _Unwrapped(Exception):
+    """fully_shard refused the model before wrapping any part of it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def _local(tensor: Any) -> Any:

@@ -8,7 +8,8 @@ the engines take ``num_engines * tensor_parallel_size``.
   taking turns (the engine sleeps while the trainer trains, where the backend supports it).
 - ``colocate_all=false`` (disaggregated): the policy gets one bundle of
   ``policy_num_gpus_per_node`` slots per node, the engines get their own one-slot bundles in a second
-  placement group; the two sides run at the same time in separate processes.
+  placement group; the two sides run at the same time in separate processes. With more than one policy
+  node the policy's group is ``STRICT_SPREAD``: each node's bundle on a different Ray node.
 
 On a GPU cluster a slot is ``{"GPU": 1, "CPU": 1}``; on a CPU-only cluster a slot is one CPU core,
 so "disaggregated" means separate processes, each with its own CPU bundle.
@@ -103,6 +104,12 @@ class PlacementPlan:
         return [self._slot(self.policy_num_gpus_per_node) for _ in range(self.policy_num_nodes)]
 
     @property
+    def policy_strategy(self) -> str:
+        """Ray's placement strategy for the policy's group: ``STRICT_SPREAD`` (each node's bundle on a Ray
+        node of its own, as SkyRL's nodes are) when the policy spans nodes, else ``PACK``."""
+        return "STRICT_SPREAD" if len(self.policy_bundles) > 1 else "PACK"
+
+    @property
     def engine_bundles(self) -> list[dict[str, float]]:
         """One one-slot bundle per engine device; engine i owns bundles i*tp … i*tp+tp-1."""
         return [self._slot(1) for _ in range(self.engine_slots)]
@@ -159,6 +166,15 @@ class PlacementPlan:
                             f"{resource} but the largest node has {_fmt(cluster.largest_node(resource))}"
                         )
                 break
+        if not problems and self.policy_strategy == "STRICT_SPREAD" and cluster.nodes:
+            bundle = self.policy_bundles[0]
+            fit = sum(all(node.get(k, 0.0) >= v for k, v in bundle.items()) for node in cluster.nodes)
+            if fit < self.policy_num_nodes:
+                problems.append(
+                    f"trainer.placement.policy_num_nodes: {self.policy_num_nodes} policy nodes need "
+                    f"{self.policy_num_nodes} Ray nodes that can each hold {_fmt_resources(bundle)}, but only "
+                    f"{fit} of the cluster's {len(cluster.nodes)} alive node(s) can"
+                )
         return problems
 
     def describe(self) -> str:
@@ -235,7 +251,8 @@ class Placement:
         if problems:
             raise PlacementError("; ".join(problems))
         engine_group = placement_group(plan.engine_bundles, strategy="PACK")
-        policy_group = placement_group(plan.policy_bundles, strategy="PACK") if plan.policy_bundles else None
+        policy_group = (placement_group(plan.policy_bundles, strategy=plan.policy_strategy)
+                        if plan.policy_bundles else None)
         groups = [g for g in (engine_group, policy_group) if g is not None]
         try:
             ray.get([g.ready() for g in groups], timeout=timeout_s)

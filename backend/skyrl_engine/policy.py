@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from skyrl_engine.trainable import TrainableWorker
+
 if TYPE_CHECKING:
     import torch
 
@@ -167,12 +169,15 @@ class ReferenceWorker:
         return self.num_threads
 
 
-class PolicyWorker:
-    """Policy + AdamW + LR schedule; one :meth:`train_step` per step.
+class PolicyWorker(TrainableWorker):
+    """Policy + AdamW + LR schedule; one :meth:`train_step` per step. One rank of the policy role
+    (:class:`skyrl_engine.trainable.TrainableWorker`: the group, the passes split across ranks, checkpoints).
 
     ``trainer`` is the config's ``trainer`` section; ``temperature`` the generator's sampling
     temperature (the log-probs are taken under the same tempered softmax the sampler drew from).
     """
+
+    role = "policy"
 
     def __init__(self, model_path: str, trainer: TrainerConfig, temperature: float, total_steps: int,
                  num_threads: int = 0, plugins: list[str] | tuple[str, ...] = (), rank: int = 0,
@@ -185,30 +190,8 @@ class PolicyWorker:
         self.temperature = float(temperature) or 1.0
         self.model = load_model(model_path)
         self.model.train()
-        self.total_optimizer_steps = max(1, total_steps * updates_per_step(t, t.policy_mini_batch_size))
-        self.rank, self.world_size = rank, world_size
-        self.dist: Any = None  # a DistributedContext once join_group ran (world_size > 1)
-        if world_size == 1:
-            self.optimizer, self.scheduler = make_optimizer(self.model, t.policy.optimizer_config,
-                                                            self.total_optimizer_steps)
-
-    # -- the group (world_size > 1; see distributed.py) ------------------------------------------
-    def rendezvous(self) -> str:
-        """Rank 0: an address for the group to meet at."""
-        from skyrl_engine.distributed import rendezvous_address
-
-        return rendezvous_address()
-
-    def join_group(self, address: str, strategy: str) -> dict[str, Any]:
-        """Join the group at ``address``, wrap the model (``fsdp2`` or ``ddp``), build the optimizer over
-        the wrapped parameters; this rank's ``{rank, strategy, node_id}``."""
-        from skyrl_engine.distributed import DistributedContext
-
-        self.dist = DistributedContext(address, self.rank, self.world_size)
-        self.model, ran = self.dist.wrap(self.model, strategy)
-        self.optimizer, self.scheduler = make_optimizer(self.model, self.trainer.policy.optimizer_config,
-                                                        self.total_optimizer_steps)
-        return {"rank": self.rank, "strategy": ran, "node_id": _node_id()}
+        self._setup(t.policy.optimizer_config, t.policy.fsdp_config,
+                    total_steps * updates_per_step(t, t.policy_mini_batch_size), rank, world_size)
 
     # -- the update ---------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -216,7 +199,6 @@ class PolicyWorker:
         import torch
 
         from skyrl_engine import algorithms
-        from skyrl_engine.distributed import rank_slice, resident_bytes
 
         t = self.trainer
         algo = self.algo
@@ -254,7 +236,7 @@ class PolicyWorker:
                 mini_policy_loss = mini_final_loss = 0.0
                 # this rank's rows of the mini-batch (all of them for one worker); the loss keeps the
                 # whole mini-batch's normalisation and the ranks' gradients are summed
-                first, last = rank_slice(mini_B, self.rank, self.world_size)
+                first, last = self.my_rows(mini_B)
                 for micro_start in range(first, last, micro_rows):
                     lo, hi = mini_start + micro_start, mini_start + min(micro_start + micro_rows, last)
                     micro = batch.rows(lo, hi)
@@ -291,71 +273,33 @@ class PolicyWorker:
                     else:
                         # no reference: report how far the update moved from the sampling policy
                         kl = algorithms.masked_mean(micro.rollout_logprobs_BT - logprobs_BT.detach(), mask_BT)
-                    (loss * self.dist.loss_scale if self.dist is not None else loss).backward()
+                    self.backward(loss)
                     mini_policy_loss += policy_loss.item()
                     mini_final_loss += loss.item()
                     add("policy/policy_entropy", entropy.item())
                     add("policy/policy_kl", kl.item())
                     for k, v in loss_metrics.items():
                         add(f"policy/loss_metrics/{k}", float(v))
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.policy.optimizer_config.max_grad_norm)
-                if hasattr(grad_norm, "full_tensor"):  # fsdp2: the norm over every rank's shards
-                    grad_norm = grad_norm.full_tensor()
+                grad_norm = self.clip_grad_norm(t.policy.optimizer_config.max_grad_norm)
                 add("policy/policy_loss", mini_policy_loss)
                 add("policy/final_loss", mini_final_loss)
                 add("policy/grad_norm", float(grad_norm))
                 add("policy/lr", self.scheduler.get_last_lr()[0])
                 self.optimizer.step()
                 self.scheduler.step()
-        metrics = {k: sums[k] / counts[k] for k in sums}
-        # parameters + optimizer state this worker holds (its shards under fsdp2), the largest rank's
-        metrics["policy/rank_resident_bytes_max"] = float(resident_bytes(self.model, self.optimizer))
-        if self.dist is not None:
-            metrics = self.dist.reduce_metrics(metrics, summed=("policy/policy_loss", "policy/final_loss"))
-        return metrics
+        return self.finish_metrics({k: sums[k] / counts[k] for k in sums},
+                                   summed=("policy/policy_loss", "policy/final_loss"))
 
     def _forward_no_grad(self, model, batch: TrainBatch):
-        return forward_no_grad(model, batch, forward_rows(self.trainer),
-                               lambda model, micro: response_logprobs(model, micro, self.temperature)[0])
+        return self.forward_rows_no_grad(batch, forward_rows(self.trainer),
+                                         lambda model, micro: response_logprobs(model, micro, self.temperature)[0])
 
     # -- weights and state --------------------------------------------------------------------
     def get_weights(self) -> dict[str, Any]:
         """The policy's state dict (CPU tensors, detached copies) for the generator; with several ranks
         every rank must call it and rank 0 returns the gathered whole ({} on the others)."""
-        if self.dist is not None:
-            return self.dist.full_state_dict(self.model)
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return self.full_state_dict()
 
-    def save_checkpoint(self, ckpt_dir: str, extra_state: dict[str, Any]) -> None:
-        """Write policy weights, optimizer, scheduler and RNG states into ``ckpt_dir`` (see checkpoint.py)."""
-        from skyrl_engine.checkpoint import write_policy_state
-
-        self._single_rank_only("trainer.ckpt_interval")
-        write_policy_state(ckpt_dir, self.model, self.optimizer, self.scheduler, extra_state)
-
-    def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
-        """Restore everything :meth:`save_checkpoint` wrote; return the extra state."""
-        from skyrl_engine.checkpoint import read_policy_state
-
-        self._single_rank_only("trainer.resume_mode")
-        return read_policy_state(ckpt_dir, self.model, self.optimizer, self.scheduler)
-
-    def _single_rank_only(self, key: str) -> None:
-        if self.dist is not None:
-            raise RuntimeError(f"{key}: checkpoints of a policy on {self.world_size} ranks are not written or read "
-                               "yet (sharded checkpoints); train it without checkpoints (trainer.ckpt_interval=0)")
-
-    def ping(self) -> int:
-        """The torch thread count (also proves the actor is up)."""
-        return self.num_threads
-
-
-def _node_id() -> str:
-    """The Ray node this process runs on ("" outside Ray: asking would start a Ray instance)."""
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-    except Exception:  # noqa: BLE001 - not in a Ray worker
-        return ""
-
+    def _write_weights(self, role_dir: str, weights: dict[str, Any]) -> None:
+        """A Hugging Face model directory: ``model.safetensors`` + ``config.json``."""
+        self.unwrapped.save_pretrained(role_dir, state_dict=weights, safe_serialization=True)

@@ -176,6 +176,11 @@ class RLTrainer:
             except OSError:
                 pass
 
+    def _rank_records(self) -> dict[str, Any]:
+        """A policy or critic on several ranks: each rank's ``{rank, strategy, node_id, pid}`` by role."""
+        records = {"policy_ranks": self.workers.policy_ranks(), "critic_ranks": self.workers.critic_ranks()}
+        return {k: v for k, v in records.items() if v}
+
     # -- resume ---------------------------------------------------------------------------------
     def _resume_dir(self) -> str | None:
         from skyrl_engine import checkpoint
@@ -208,7 +213,7 @@ class RLTrainer:
         logged = {row.get("step") for row in RunReader(self.writer.run_dir).metrics()}
         if step not in logged and state.get("metrics"):
             self.writer.log_metrics(step, state["metrics"])
-        self.writer.log_event("resumed", step=step, path=ckpt_dir)
+        self.writer.log_event("resumed", step=step, path=ckpt_dir, **self._rank_records())
         return step
 
     # -- the loop -------------------------------------------------------------------------------
@@ -229,9 +234,7 @@ class RLTrainer:
             self.global_step = start
             self._status("running", step=start, total_steps=self.total_steps)
             if start == 0:
-                ranks = self.workers.policy_ranks()  # a policy on several ranks: where each runs
-                if ranks:
-                    started = {**started, "policy_ranks": ranks}
+                started = {**started, **self._rank_records()}
                 self.writer.log_event("started", step=0, total_steps=self.total_steps, **started)
                 if self.cfg.trainer.eval_before_train and self.val_rows:
                     self.writer.log_event("eval", step=0, **self.evaluate(0))

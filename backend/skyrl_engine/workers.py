@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["RankGroup", "Role", "Workers", "runs_in_job_process", "uses_vllm"]
 
 
+_PEER_ERROR_WAIT_S = 5.0  # after one rank fails, how long the others' errors are awaited (to name a dead one)
+
+
 def _is_ref(value: Any) -> bool:
     return type(value).__name__ == "ObjectRef"
 
@@ -137,26 +140,47 @@ class RankGroup(Role):
             raise
         return group
 
-    def _all(self, refs: list[Any]) -> list[Any]:
-        """Every rank's result, in rank order; the first rank to fail raises, named (its error's last line)."""
+    def _all(self, refs: list[Any], fetch: bool = True) -> list[Any]:
+        """Every rank's result, in rank order; ``fetch=False`` leaves rank 0's result where it is (its ref,
+        once done: a weight snapshot need not pass through this process; an error in it surfaces where
+        it is used). A failure raises one line naming the rank: a rank whose process died is named before
+        the ranks that fail because a peer left their collective."""
         import ray
 
         results: dict[int, Any] = {}
         pending = list(refs)
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            done, pending = ray.wait(pending, num_returns=1, fetch_local=fetch)
             rank = refs.index(done[0])
             try:
-                results[rank] = ray.get(done[0])
+                results[rank] = ray.get(done[0]) if fetch or rank else done[0]
             except Exception as exc:
-                last_line = (str(exc).strip().splitlines() or [""])[-1][:300]
-                raise RuntimeError(f"{self.name}: rank {rank} failed: {type(exc).__name__}: {last_line}") from exc
+                raise self._failure(refs, rank, exc) from exc
         return [results[rank] for rank in range(len(refs))]
 
+    def _failure(self, refs: list[Any], rank: int, exc: Exception) -> RuntimeError:
+        import ray
+
+        errors = {rank: exc}
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=_PEER_ERROR_WAIT_S, fetch_local=False)
+        for ref in ready:  # the others' errors, the dead rank's among them
+            other = refs.index(ref)
+            if other not in errors:
+                try:
+                    ray.get(ref, timeout=0)
+                except Exception as err:  # noqa: BLE001 - each rank's failure, sorted below
+                    errors[other] = err
+        dead = [r for r, err in sorted(errors.items()) if isinstance(err, ray.exceptions.RayActorError)]
+        rank = dead[0] if dead else min(errors)
+        err = errors[rank]
+        last_line = (str(err).strip().splitlines() or [""])[-1][:300]
+        what = "died (its process exited)" if dead else "failed"
+        return RuntimeError(f"{self.name}: rank {rank} {what}: {type(err).__name__}: {last_line}")
+
     def submit(self, method: str, *args: Any) -> Any:
-        """Start ``method(*args)`` on every rank; rank 0's object ref (it completes with the group's)."""
-        refs = [getattr(h, method).remote(*args) for h in self.handles]
-        return refs[0]
+        """Run ``method(*args)`` on every rank and wait for all of them (a rank that fails is named here,
+        not left hanging in a collective); rank 0's object ref."""
+        return self._all([getattr(h, method).remote(*args) for h in self.handles], fetch=False)[0]
 
     def call(self, method: str, *args: Any) -> Any:
         return self._all([getattr(h, method).remote(*args) for h in self.handles])[0]
@@ -194,7 +218,7 @@ class Workers:
         ``generator_backend`` is a running generation backend to use instead of starting one (a generator
         role in this process only: vLLM's, or all roles in process).
         """
-        from skyrl_core.config import policy_ranks
+        from skyrl_core.config import critic_ranks, policy_ranks
         from skyrl_engine.critic import CriticWorker, critic_model_path, needs_critic
         from skyrl_engine.policy import PolicyWorker, ReferenceWorker
 
@@ -229,19 +253,19 @@ class Workers:
         placement = Placement.create(plan_placement(cfg))
         roles: list[Role] = []
         try:
-            ranks = policy_ranks(cfg)
-            if ranks > 1:
-                policy: Role = RankGroup.start(PolicyWorker, [placement.policy_options(r) for r in range(ranks)],
-                                               str(t.strategy), *policy_args)
-            else:
-                policy = Role.actor(PolicyWorker, placement.policy_options(0), *policy_args)
+            policy = cls._ranked(PolicyWorker, policy_ranks(cfg), placement.policy_options, str(t.strategy),
+                                 policy_args)
             roles.append(policy)
             generator = cls.generator_role(cfg, model_path, placement, **generator_opts)
             roles.append(generator)
             # No CPU of their own: their passes and the policy's never run at the same time.
-            critic = Role.actor(CriticWorker, {"num_cpus": 0}, *critic_args) if critic_args else None
+            critic = cls._ranked(CriticWorker, critic_ranks(cfg), placement.critic_options, str(t.strategy),
+                                 critic_args) if critic_args else None
+            if critic is not None:
+                roles.append(critic)
             reference = Role.actor(ReferenceWorker, {"num_cpus": 0}, *reference_args) if reference_args else None
-            roles += [r for r in (critic, reference) if r is not None]
+            if reference is not None:
+                roles.append(reference)
             Role.wait([r.submit("ping") for r in roles])
         except BaseException:
             for role in roles:
@@ -249,6 +273,13 @@ class Workers:
             placement.remove()
             raise
         return cls(generator, policy, critic, reference, placement=placement, colocated=bool(t.placement.colocate_all))
+
+    @staticmethod
+    def _ranked(worker_cls: type, ranks: int, options: Any, strategy: str, args: tuple[Any, ...]) -> Role:
+        """One actor (``ranks`` 1) or a :class:`RankGroup` of ``ranks`` actors; ``options(rank)`` places each."""
+        if ranks > 1:
+            return RankGroup.start(worker_cls, [options(r) for r in range(ranks)], strategy, *args)
+        return Role.actor(worker_cls, options(0), *args)
 
     @staticmethod
     def generator_role(cfg: JobConfig, model_path: str, placement: Any | None = None, *,
@@ -323,7 +354,7 @@ class Workers:
         """Policy (and critic) state into ``ckpt_dir``."""
         pending = [self.policy.submit("save_checkpoint", ckpt_dir, extra)]
         if self.critic is not None:
-            pending.append(self.critic.submit("save_checkpoint", ckpt_dir))
+            pending.append(self.critic.submit("save_checkpoint", ckpt_dir, extra))
         Role.wait(pending)
 
     def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
@@ -348,8 +379,12 @@ class Workers:
 
     # -- display --------------------------------------------------------------------------------
     def policy_ranks(self) -> list[dict[str, Any]]:
-        """Each policy rank's ``{rank, strategy, node_id}`` when the policy is on several ranks, else []."""
+        """Each policy rank's ``{rank, strategy, node_id, pid}`` when the policy is on several ranks, else []."""
         return list(getattr(self.policy, "ranks", []))
+
+    def critic_ranks(self) -> list[dict[str, Any]]:
+        """Each critic rank's record when the critic is on several ranks, else []."""
+        return list(getattr(self.critic, "ranks", []))
 
     def roles(self) -> dict[str, Role]:
         """The roles this job has, by name."""
@@ -379,9 +414,9 @@ def runs_in_job_process(cfg: JobConfig) -> bool:
     Disaggregated runs (``trainer.placement.colocate_all=false``) put the roles in Ray actors with their
     own bundles; on a machine with CUDA colocated runs use actors that share the GPUs.
     """
-    from skyrl_core.config import policy_ranks
+    from skyrl_core.config import critic_ranks, policy_ranks
 
-    if uses_vllm(cfg) or policy_ranks(cfg) > 1:  # several policy ranks are several actors
+    if uses_vllm(cfg) or policy_ranks(cfg) > 1 or critic_ranks(cfg) > 1:  # several ranks are several actors
         return False
     import torch
 

@@ -82,7 +82,7 @@ def test_a_gae_step_trains_critic_and_policy_and_checkpoints_both(tmp_path, tiny
     (row,) = RunReader(cfg.run_dir).metrics()
     assert row["critic/critic_loss"] == metrics["critic/critic_loss"]
     critic_dir = cfg.run_dir / "checkpoints" / "global_step_1" / "critic"
-    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt"):
+    for name in ("model.safetensors", "optim_world_size_1_rank_0.pt", "extra_state_world_size_1_rank_0.pt"):
         assert (critic_dir / name).exists(), name
 
 
@@ -99,7 +99,7 @@ def test_resume_with_a_critic_is_exact(tmp_path, tiny_model_dir):
     second, _ = _trainer(cut_cfg, tiny_model_dir)  # fresh workers: everything comes from the checkpoint
     second.train()
     assert [m["step"] for m in RunReader(cut_cfg.run_dir).metrics()] == [1, 2, 3, 4]
-    for part in ("policy/model.safetensors", "critic/model.safetensors", "critic/optimizer.pt"):
+    for part in ("policy/model.safetensors", "critic/model.safetensors", "critic/optim_world_size_1_rank_0.pt"):
         a = (cfg.run_dir / "checkpoints" / "global_step_4" / part).read_bytes()
         b = (cut_cfg.run_dir / "checkpoints" / "global_step_4" / part).read_bytes()
         assert a == b, part

@@ -28,8 +28,16 @@ def test_ranks_come_from_the_placement_keys() -> None:
 @pytest.mark.parametrize(("overrides", "key", "says"), [
     (["trainer.placement.policy_num_gpus_per_node=3", "trainer.ckpt_interval=0"], "trainer.policy_mini_batch_size:",
      "128 rows do not split evenly across 3 policy ranks"),
-    (["trainer.placement.policy_num_gpus_per_node=2", "trainer.ckpt_interval=5"], "trainer.ckpt_interval:",
-     "sharded checkpoints are not written yet; allowed: 0"),
+    (["trainer.placement.policy_num_gpus_per_node=2", "trainer.algorithm.advantage_estimator=gae",
+      "trainer.placement.critic_num_nodes=2"], "trainer.placement.critic_num_nodes × critic_num_gpus_per_node:",
+     "2 × 1 is not allowed; the critic's ranks share the policy's bundles, allowed: 1 × 1 or the policy's 1 × 2"),
+    (["trainer.placement.policy_num_gpus_per_node=2", "trainer.strategy=ddp",
+      "trainer.policy.fsdp_config.mixed_precision.param_dtype=bf16"], "trainer.policy.fsdp_config.mixed_precision:",
+     "applies to fsdp2 on several ranks, not to trainer.strategy=ddp"),
+    (["trainer.critic.fsdp_config.cpu_offload=true", "trainer.algorithm.advantage_estimator=gae"],
+     "trainer.critic.fsdp_config.cpu_offload:", "not to 1 critic rank (trainer.placement.critic_num_nodes"),
+    (["trainer.placement.policy_num_gpus_per_node=2", "trainer.policy.fsdp_config.fsdp_size=1"],
+     "trainer.policy.fsdp_config.fsdp_size:", "allowed: -1 or 2 (every rank)"),
     (["trainer.strategy=fsdp"], "trainer.strategy:", "allowed: fsdp2, ddp"),
 ])
 def test_what_several_ranks_cannot_do_is_refused_in_one_line(overrides, key, says) -> None:

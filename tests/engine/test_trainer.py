@@ -65,7 +65,8 @@ def test_one_step_changes_weights_and_writes_the_run_store(tmp_path, tiny_model_
     # a checkpoint in SkyRL's layout
     root = str(cfg.run_dir / "checkpoints")
     assert checkpoint.latest_step(root) == 1
-    for name in ("model.safetensors", "config.json", "optimizer.pt", "scheduler.pt", "rng.pt"):
+    for name in ("model.safetensors", "config.json", "optim_world_size_1_rank_0.pt",
+                 "extra_state_world_size_1_rank_0.pt", "fsdp_config.json"):
         assert (cfg.run_dir / "checkpoints" / "global_step_1" / "policy" / name).exists(), name
     assert checkpoint.read_trainer_state(checkpoint.step_dir(root, 1))["data_position"] == {"epoch": 0, "batch_in_epoch": 1}
     # After the sync, step 2's samples come from the updated weights, and the trainer agrees again.
