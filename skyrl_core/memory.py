@@ -423,7 +423,7 @@ def capacity_from_nodes(nodes: list[dict[str, float]], ranks_per_node: int) -> R
 
 # ----------------------------------------------------------------------------- text
 
-_RANKS_KEYS = "(policy_num_nodes × policy_num_gpus_per_node)"
+_RANKS_KEYS = "(nodes × GPUs per node)"
 _UNITS = {2**30: "GiB", 2**20: "MiB", 2**10: "KiB", 1: "B"}
 
 

@@ -84,6 +84,8 @@ class ConfigForm:
         self.job: Any = None
         self.config: Any = None
         self.problems: list[str] = []
+        self.memory: Any = None  # the form config's MemoryEstimate (skyrl_core.memory); None while a value is bad
+        self._nodes: list[dict[str, float]] | None = None  # the cluster's node resources, read once
         self._base = cfg.to_dict()
         inputs = {key: input_kind(key) for key in form_keys()}
         self.view = ConfigFormView({key: kind for key, (kind, _) in inputs.items()},
@@ -116,8 +118,12 @@ class ConfigForm:
     def validate(self) -> list[str]:
         """Re-check the form; shows messages beside fields and returns every problem ([] when valid)."""
         from skyrl_core.config import config_problems
+        from skyrl_core.memory import rank_memory
 
         cfg, problems = config_problems(self._base, self._overrides())  # the one validation launch uses too
+        self.memory = rank_memory(cfg) if cfg is not None else None
+        if self.memory is not None:
+            problems = [*problems, *self.memory.problems(self._rank_capacity(cfg))]
         per_key: dict[str, str] = {}
         general: list[str] = []
         for line in problems:
@@ -130,10 +136,23 @@ class ConfigForm:
         self.problems = problems
         self.config = cfg if not problems else None
         if cfg is not None:
-            self.view.set_resources(resources_for(cfg)["text"])
+            self.view.set_resources(resources_for(cfg)["text"], self.memory.summary())
             if not problems:
                 self.view.set_yaml(cfg.to_yaml())
         return problems
+
+    def _rank_capacity(self, cfg: Any) -> Any:
+        """What one rank has on the form's cluster (None without a cluster, or when it cannot be told)."""
+        from skyrl_core.memory import capacity_from_nodes
+
+        if self.cluster is None or not hasattr(self.cluster, "node_resources"):
+            return None
+        if self._nodes is None:
+            try:
+                self._nodes = self.cluster.node_resources()
+            except Exception:  # noqa: BLE001 - an unreachable dashboard: show the estimate, refuse nothing
+                self._nodes = []
+        return capacity_from_nodes(self._nodes, cfg.trainer.placement.policy_num_gpus_per_node)
 
     def set(self, key: str, value: Any) -> list[str]:
         """Set one field as a user would type it (text for numbers) and return the problems."""
@@ -199,5 +218,6 @@ class ConfigForm:
 
 
 def configure(preset: str = "quickstart", *, overrides: list[str] | None = None, cluster: Any = None) -> ConfigForm:
-    """A config form for `preset` with live validation, the resources it asks for and a Launch button."""
+    """A config form for `preset` with live validation, the resources it asks for, each training rank's
+    memory estimate (refused when `cluster` cannot hold it) and a Launch button."""
     return ConfigForm(preset, overrides=overrides, cluster=cluster)

@@ -17,6 +17,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from skyrl_core.runs import atomic_write_text
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
+    from skyrl_core.memory import MemoryEstimate, RankCapacity
     from skyrl_nb.jobs import Job
 
 # Metadata keys put on every submission so `Cluster.jobs()` can find the run behind a job.
@@ -291,25 +293,51 @@ class Cluster:
 
     # -- resources ------------------------------------------------------------------------------
 
-    def resources(self) -> dict[str, Any]:
-        """Total resources of the alive nodes: `{"nodes": n, "CPU": .., "GPU": .., "memory_gb": ..}`."""
+    def node_resources(self) -> list[dict[str, float]]:
+        """Each alive node's total resources, as Ray counts them: `CPU`, `GPU`, `memory` (bytes),
+        `accelerator_type:<name>`, ..."""
         data = self._get("/api/v0/nodes?limit=1000&detail=false")
         nodes = (data.get("data") or {}).get("result") or {}
         rows = nodes.get("result", nodes) if isinstance(nodes, dict) else nodes
+        return [{k: float(v) for k, v in (node.get("resources_total") or {}).items()}
+                for node in rows if node.get("state") == "ALIVE"]
+
+    def resources(self) -> dict[str, Any]:
+        """Total resources of the alive nodes: `{"nodes": n, "CPU": .., "GPU": .., "memory_gb": ..}`."""
+        nodes = self.node_resources()
         totals: dict[str, float] = {}
-        alive = 0
-        for node in rows:
-            if node.get("state") != "ALIVE":
-                continue
-            alive += 1
-            for key, value in (node.get("resources_total") or {}).items():
+        for node in nodes:
+            for key, value in node.items():
                 if key in ("CPU", "GPU", "memory", "object_store_memory") or key.startswith("accelerator_type"):
-                    totals[key] = totals.get(key, 0.0) + float(value)
-        out: dict[str, Any] = {"nodes": alive, "CPU": totals.get("CPU", 0.0), "GPU": totals.get("GPU", 0.0)}
+                    totals[key] = totals.get(key, 0.0) + value
+        out: dict[str, Any] = {"nodes": len(nodes), "CPU": totals.get("CPU", 0.0), "GPU": totals.get("GPU", 0.0)}
         if "memory" in totals:
             out["memory_gb"] = round(totals["memory"] / 2**30, 1)
         out.update({k: v for k, v in totals.items() if k.startswith("accelerator_type")})
         return out
+
+    def plan(self, config: Any, *, overrides: list[str] | dict[str, Any] | None = None) -> JobPlan:
+        """What `config` (+ `overrides`) asks of this cluster, what it has, and each training rank's
+        memory estimate against one of its devices. Nothing is submitted.
+
+        A config that is invalid or whose ranks cannot fit is refused with `ConfigError`, one line per
+        problem naming its keys. A GPU's memory comes from Ray's `accelerator_type` resource
+        (`skyrl_core.memory.GPU_MEMORY_GIB`); when it is unknown the estimate is shown and nothing refused.
+
+        >>> cluster.plan("quickstart", overrides=["trainer.placement.policy_num_gpus_per_node=2"])  # doctest: +SKIP
+        """
+        from skyrl_core.config import ConfigError, check_config
+        from skyrl_core.memory import capacity_from_nodes, rank_memory
+        from skyrl_nb.form import resources_for
+
+        cfg = check_config(config, overrides)
+        nodes = self.node_resources()
+        memory = rank_memory(cfg)
+        capacity = capacity_from_nodes(nodes, cfg.trainer.placement.policy_num_gpus_per_node)
+        problems = memory.problems(capacity)
+        if problems:
+            raise ConfigError(problems)
+        return JobPlan(cfg, resources_for(cfg)["text"], self.resources(), memory, capacity)
 
     def shutdown(self) -> None:
         """Forget this connection. A cluster this object did not start keeps running."""
@@ -340,6 +368,33 @@ class Cluster:
             f"<div><b>{html.escape(self._kind())}</b> <code>{html.escape(self.name)}</code>"
             f"<table>{rows}</table></div>"
         )
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What `Cluster.plan` found: the config, what it asks for, the cluster's resources, and each
+    training rank's memory estimate beside what one rank has there (None: unknown)."""
+
+    config: JobConfig
+    asks: str
+    resources: dict[str, Any]
+    memory: MemoryEstimate
+    capacity: RankCapacity | None
+
+    def _head(self) -> str:
+        have = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.resources.items())
+        one_rank = repr(self.capacity) if self.capacity else "unknown"
+        return f"asks for: {self.asks}\ncluster has: {have}\none rank has: {one_rank}"
+
+    def summary(self) -> str:
+        """A few lines a person reads before launching."""
+        return f"{self._head()}\n{self.memory!r}"
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        return f"<div><pre>{html.escape(self._head())}</pre>{self.memory._repr_html_()}</div>"
 
 
 def connect(address: str, token: str | None = None, verify: bool = True, *, name: str = "ray",

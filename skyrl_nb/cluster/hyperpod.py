@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyrl_nb.cluster.kube import ApiPaths, KubeClient, KubeConflict, KubeNotFound, PortForward
 from skyrl_nb.cluster.kuberay import (
@@ -34,8 +34,12 @@ from skyrl_nb.cluster.kuberay import (
     RayClusterStatus,
     WorkerGroup,
     build_manifest,
+    instance_accelerator,
     k8s_name,
 )
+
+if TYPE_CHECKING:
+    from skyrl_core.memory import MemoryEstimate, RankCapacity
 
 log = logging.getLogger(__name__)
 
@@ -191,11 +195,14 @@ def resize_instance_group(name: str, instance_group: str, count: int, *, region:
 
 @dataclass
 class ClusterPlan:
-    """What :meth:`HyperPodRayCluster.up` would create: the manifest and where pods would land."""
+    """What :meth:`HyperPodRayCluster.up` would create: the manifest and where pods would land; with a job
+    config, each training rank's memory estimate (``memory``) and what one rank has there (``capacity``)."""
 
     manifest: dict[str, Any]
     placement: list[dict[str, Any]]
     warnings: list[str]
+    memory: MemoryEstimate | None = None
+    capacity: RankCapacity | None = None
 
     def to_yaml(self) -> str:
         """The RayCluster manifest as YAML (``kubectl apply -f`` ready)."""
@@ -212,6 +219,9 @@ class ClusterPlan:
             avail = "?" if p["healthy_nodes"] is None else p["healthy_nodes"]
             lines.append(f"  {p['group']:<16} {p['instance_type']:<18} x{p['replicas']}  "
                          f"{p['gpus_per_pod']} GPU/pod  EFA {p['efa']}  healthy nodes: {avail}")
+        if self.memory is not None:
+            lines.append(f"  memory per rank: {self.memory.summary()}")
+            lines.append(f"  one rank has: {self.capacity!r}" if self.capacity else "  one rank has: unknown")
         lines += [f"  ! {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -314,9 +324,18 @@ class HyperPodRayCluster:
             fsx_mount=self.fsx_mount, auth=self.auth, head_instance_type=self.head_instance_type, env=self.env,
         )
 
-    def plan(self, check_capacity: bool = False) -> ClusterPlan:
+    def plan(self, check_capacity: bool = False, config: Any = None) -> ClusterPlan:
         """The manifest plus placement; with ``check_capacity`` (or when HyperPod info is already
-        known) compare each group with the healthy nodes of its instance type."""
+        known) compare each group with the healthy nodes of its instance type.
+
+        With ``config`` (a preset name, YAML path, dict or JobConfig) the plan also shows each training
+        rank's memory estimate against the worker groups' GPUs (``skyrl_core.memory``); a config that
+        is invalid or cannot fit is refused with :class:`~skyrl_core.config.ConfigError`, one line per
+        problem naming its keys.
+
+        >>> hyperpod("hp", workers=[("ml.g5.12xlarge", 1)]).plan(config="quickstart").capacity
+        RankCapacity(GPU 24.0 GiB, host 163.0 GiB per rank (A10G))
+        """
         info = self.info() if check_capacity else self._info
         placement, warnings = [], []
         wanted: dict[str, int] = {}
@@ -334,7 +353,29 @@ class HyperPodRayCluster:
                                     f"{have} healthy; the rest will stay Pending")
         if self.fsx_claim is None:
             warnings.append("no fsx_claim: run stores and checkpoints live on pod-local disk")
-        return ClusterPlan(self.manifest(), placement, warnings)
+        plan = ClusterPlan(self.manifest(), placement, warnings)
+        if config is not None:
+            plan.memory, plan.capacity = self.memory_plan(config)
+        return plan
+
+    def memory_plan(self, config: Any) -> tuple[MemoryEstimate, RankCapacity | None]:
+        """``config``'s per-rank memory estimate and a rank's capacity on these worker groups; raises
+        ConfigError when the config is invalid or the estimate cannot fit (an unknown size refuses nothing)."""
+        from skyrl_core.config import ConfigError, check_config
+        from skyrl_core.memory import capacity_from_nodes, rank_memory
+
+        cfg = check_config(config)
+        memory = rank_memory(cfg)
+        nodes = []
+        for g in self.workers:  # a pod takes a node: its GPUs and its memory limit
+            accelerator = instance_accelerator(g.instance_type) if g.gpus else None
+            nodes.append({"GPU": float(g.gpus or 0), "memory": float((g.memory_gib or 0) * 2**30),
+                          **({f"accelerator_type:{accelerator}": float(g.gpus or 0)} if accelerator else {})})
+        capacity = capacity_from_nodes(nodes, cfg.trainer.placement.policy_num_gpus_per_node)
+        problems = memory.problems(capacity)
+        if problems:
+            raise ConfigError(problems)
+        return memory, capacity
 
     # -- lifecycle
     def up(self, wait: bool = True, timeout: float = 900.0, poll_s: float = 5.0,

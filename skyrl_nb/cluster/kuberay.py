@@ -65,6 +65,19 @@ INSTANCE_TYPES: dict[str, InstanceShape] = {
 }
 
 
+#: The GPU of each instance family, by Ray's ``accelerator_type`` name (its memory:
+#: ``skyrl_core.memory.GPU_MEMORY_GIB``).
+INSTANCE_ACCELERATORS: dict[str, str] = {
+    "ml.g5": "A10G", "ml.g6": "L4", "ml.g6e": "L40S", "ml.p4d": "A100-40G", "ml.p4de": "A100-80G",
+    "ml.p5": "H100", "ml.p5e": "H200", "ml.p5en": "H200",
+}
+
+
+def instance_accelerator(instance_type: str) -> str | None:
+    """Ray's ``accelerator_type`` of ``instance_type``'s GPUs (``ml.g5.12xlarge`` → ``A10G``), None if unknown."""
+    return INSTANCE_ACCELERATORS.get(instance_type.rpartition(".")[0])
+
+
 def instance_shape(instance_type: str) -> InstanceShape:
     """The :class:`InstanceShape` of ``instance_type``; a clear error naming the known ones if unknown."""
     try:

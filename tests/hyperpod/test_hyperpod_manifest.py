@@ -114,3 +114,36 @@ def test_plan_touches_nothing_and_reads_well(monkeypatch: pytest.MonkeyPatch) ->
     assert "apiVersion: ray.io/v1" in plan.to_yaml()
     assert "<pre>" in plan._repr_html_()
     assert "HyperPodRayCluster(" in repr(rc) and "<table>" in rc._repr_html_()
+
+
+def test_plan_with_a_config_shows_and_checks_each_ranks_memory(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import boto3
+
+    from skyrl_core.config import ConfigError, load_config
+
+    monkeypatch.setattr(boto3, "Session", lambda *a, **k: pytest.fail("plan() must not touch AWS"))
+    model = tmp_path / "qwen2-1.5b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+        "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}))
+    config = load_config("quickstart", [f"trainer.policy.model.path={model}", "trainer.algorithm.use_kl_loss=true",
+                                        f"run.run_root={tmp_path}"])
+    # one worker (23.0 GiB) and the frozen reference (5.8 GiB) on one A10G (24 GiB): refused, nothing touched
+    with pytest.raises(ConfigError) as info:
+        hyperpod("hp", workers=[("ml.g5.12xlarge", 1)]).plan(config=config)
+    (line,) = info.value.problems
+    assert "rank 0 needs 28.8 GiB (policy 23.0, reference 5.8) but a GPU (A10G) has 24.0 GiB" in line
+    assert line.startswith("trainer.placement.policy_num_gpus_per_node, trainer.strategy, trainer.algorithm.use_kl_loss:")
+    # fsdp2 over the node's 4 GPUs fits, and the plan says so
+    plan = hyperpod("hp", workers=[("ml.g5.12xlarge", 1)]).plan(
+        config=config.with_overrides(["trainer.placement.policy_num_gpus_per_node=4"]))
+    assert plan.memory.role("policy").total == 1_543_714_304 * 4 and plan.capacity.source == "A10G"
+    assert "memory per rank: policy 5.8 GiB per rank (fsdp2 over 4 ranks), reference 5.8 GiB" in repr(plan)
+    assert "one rank has: RankCapacity(GPU 24.0 GiB, host 40.8 GiB per rank (A10G))" in repr(plan)
+    # an H100 holds the single worker; CPU-only groups count the pod's memory
+    assert hyperpod("hp", workers=[("ml.p5.48xlarge", 1)]).plan(config=config).capacity.device_bytes == 80 * 2**30
+    cpu = hyperpod("hp", workers=[("ml.m5.4xlarge", 2)]).plan(config=config).capacity  # 64 GiB x 0.85 per pod
+    assert (cpu.device, cpu.device_bytes) == ("CPU", 54 * 2**30)

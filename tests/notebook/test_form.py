@@ -68,3 +68,43 @@ def test_launch_button_submits_to_the_cluster(tmp_path: Path, spy_cluster: Any) 
     form.view.launch.click()
     (sub,) = spy_cluster.client.submitted
     assert sub["submission_id"] == "form-run" and form.job.run_id == "form-run"
+
+
+QWEN2_1_5B = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+              "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
+
+
+def test_form_shows_each_ranks_memory_live(tmp_path: Path) -> None:
+    import skyrl_nb
+
+    form = skyrl_nb.configure("quickstart", overrides=[f"run.run_root={tmp_path}"])
+    # the built-in model: 407,424 fp32 parameters x (4 + 4 + 8) bytes = 6.2 MiB on one worker
+    assert "memory per rank:</i> policy 6.2 MiB per rank (one worker); activations not counted" in form.view.resources.value
+    form.set("trainer.placement.policy_num_gpus_per_node", "2")
+    assert form.problems == [] and "policy 3.1 MiB per rank (fsdp2 over 2 ranks)" in form.view.resources.value
+    form.set("trainer.strategy", "ddp")
+    assert "policy 6.2 MiB per rank (ddp over 2 ranks)" in form.view.resources.value
+    assert form.memory.role("policy").layout == "ddp over 2 ranks"
+
+
+def test_form_refuses_ranks_its_cluster_cannot_hold(tmp_path: Path, spy_cluster: Any) -> None:
+    import json
+
+    import skyrl_nb
+
+    model = tmp_path / "qwen2-1.5b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN2_1_5B))
+    calls = []
+    spy_cluster.node_resources = lambda: calls.append(1) or [
+        {"CPU": 8.0, "GPU": 1.0, "memory": 64.0 * 2**30, "accelerator_type:T4": 1.0}]
+    form = skyrl_nb.configure("quickstart", overrides=[f"run.run_root={tmp_path}", f"trainer.policy.model.path={model}"],
+                              cluster=spy_cluster)
+    (line,) = form.problems
+    assert line.startswith("trainer.placement.policy_num_gpus_per_node, trainer.strategy: the policy needs 23.0 GiB")
+    assert "a GPU (T4) has 16.0 GiB" in line and line in form.view.general.value.replace("&#x27;", "'")
+    assert form.view.launch.disabled and form.config is None
+    form.set("trainer.placement.policy_num_gpus_per_node", "2")  # fsdp2: 11.5 GiB per rank
+    assert form.problems == [] and not form.view.launch.disabled
+    assert "policy 11.5 GiB per rank (fsdp2 over 2 ranks)" in form.view.resources.value
+    assert len(calls) == 1  # the cluster is asked once, not on every edit

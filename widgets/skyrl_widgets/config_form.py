@@ -30,7 +30,9 @@ SECTIONS: dict[str, dict[str, str]] = {
     },
     "Placement": {
         "generator.inference_engine.backend": "inference", "generator.inference_engine.num_engines": "engines",
-        "trainer.placement.colocate_all": "colocate all", "run.run_root": "run root",
+        "trainer.placement.colocate_all": "colocate all", "trainer.strategy": "strategy",
+        "trainer.placement.policy_num_nodes": "policy nodes",
+        "trainer.placement.policy_num_gpus_per_node": "policy GPUs / node", "run.run_root": "run root",
     },
 }
 
@@ -143,9 +145,10 @@ class ConfigFormView:
         self.general.value = "".join(f"<div style='color:#c62828'>{html.escape(m)}</div>" for m in general)
         self.launch.disabled = bool(per_key or general)
 
-    def set_resources(self, text: str) -> None:
-        """The line saying what the job will ask the cluster for."""
-        self.resources.value = f"<i>asks for:</i> {html.escape(text)}"
+    def set_resources(self, text: str, memory: str = "") -> None:
+        """The line saying what the job will ask the cluster for, and one with each rank's memory."""
+        self.resources.value = f"<i>asks for:</i> {html.escape(text)}" + (
+            f"<br><i>memory per rank:</i> {html.escape(memory)}" if memory else "")
 
     def set_yaml(self, text: str) -> None:
         """Replace the YAML tab's text."""
