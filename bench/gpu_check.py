@@ -10,9 +10,16 @@ builds a randomly initialised Qwen2 of ~300 M parameters (no download), then tim
 
 and prints ``{"generate_tokens_per_s", "train_tokens_per_s", "step_s", ...}``.
 
+``--scale-out`` instead runs ``bench/scale_out.py``'s comparison on the GPUs: the engine's quickstart on
+its two models (tiny, ~10M parameters) with 1 policy rank and with N = every visible GPU (FSDP2, NCCL),
+colocated with the generator as SkyRL runs on GPUs, one arm after the other; step time, tokens/s and
+per-rank resident bytes side by side. It needs the repository's engine and at least 2 GPUs (with fewer
+it says so and exits 0).
+
     python bench/gpu_check.py                        # CUDA, bf16, ~300 M params
     python bench/gpu_check.py --device cpu --tiny    # a seconds-long smoke run anywhere
     python bench/gpu_check.py --out gpu_check.json
+    python bench/gpu_check.py --scale-out --out gpu_scale_out.json
 """
 
 from __future__ import annotations
@@ -155,6 +162,39 @@ def run(args: argparse.Namespace) -> dict:
     return report
 
 
+def scale_out(args: argparse.Namespace) -> dict:
+    """``bench/scale_out.py``'s 1-vs-N policy ranks comparison with N = the visible GPUs; the JSON-able report
+    (``{"skipped": why}`` with fewer than 2 GPUs)."""
+    import tempfile
+
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if gpus < 2:
+        return {"skipped": f"the 1-vs-N comparison needs at least 2 CUDA devices; {gpus} visible"}
+    import ray
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scale_out import base_config, bench_models, compare_ranks
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=gpus, include_dashboard=False,
+             configure_logging=False, log_to_driver=False)
+    try:
+        tmp = tempfile.mkdtemp(prefix="gpu-scale-out-")
+        # colocated, as SkyRL runs on GPUs: n policy ranks share n GPUs with n engine slots (the torch
+        # generator sits on the first); both arms at once would need n + 1 GPUs, so they run in turn
+        base = base_config(tmp, args.scale_out_steps, args.threads, ["trainer.placement.colocate_all=true"])
+        models, train = bench_models(base, tmp)
+        report = compare_ranks(base, models, train, (1, gpus), args.scale_out_steps, interleave=False,
+                               arm_overrides=lambda n: [f"trainer.placement.policy_num_gpus_per_node={n}",
+                                                        f"generator.inference_engine.num_engines={n}"])
+    finally:
+        ray.shutdown()
+    return {"device_name": torch.cuda.get_device_name(0), "gpus": gpus, "torch": torch.__version__,
+            "steps": args.scale_out_steps, "models": report}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run, print (and optionally write) the JSON report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -168,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = leave as is)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--scale-out", action="store_true",
+                        help="instead: the engine's policy on 1 vs N GPUs (N = all visible; needs 2 or more)")
+    parser.add_argument("--scale-out-steps", type=int, default=6, help="measured steps per arm with --scale-out")
     args = parser.parse_args(argv)
     small = args.tiny
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
@@ -175,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     args.prompt_len = args.prompt_len or (16 if small else 128)
     args.gen_len = args.gen_len or (16 if small else 256)
     args.micro = args.micro or (8 if small else 16)
-    report = run(args)
+    report = scale_out(args) if args.scale_out else run(args)
     text = json.dumps(report)
     print(text)
     if args.out:

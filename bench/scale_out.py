@@ -10,8 +10,10 @@ reduce-scatters every layer). Per-rank resident parameter + AdamW bytes come fro
 
     .venv/bin/python bench/scale_out.py [--steps 6] [--threads 1]
 
-Prints one JSON line and writes it to ``bench/results/scale_out.json``. Needs 5 Ray CPUs (logical: it
-starts a private cluster with 5 on any machine; only one run computes at a time).
+Its pieces (:func:`base_config`, :func:`bench_models`, :func:`compare_ranks`) also run the same comparison
+on GPUs: ``bench/gpu_check.py --scale-out``. Prints one JSON line and writes it to
+``bench/results/scale_out.json``. Needs 5 Ray CPUs (logical: it starts a private cluster with 5 on any
+machine; only one run computes at a time).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "backend")]
@@ -49,69 +53,122 @@ def ten_million_model(base_dir: str, out_dir: str) -> str:
     return out_dir
 
 
+def base_config(run_root: str, steps: int, threads: int, overrides: Sequence[str] = ()) -> Any:
+    """The quickstart, disaggregated, for ``steps`` measured steps after one warm-up, without evals or
+    checkpoints, with its runs under ``run_root``; ``overrides`` (dotted ``key=value``) go last."""
+    from skyrl_core.config import load_config
+
+    return load_config("quickstart", [
+        f"run.run_root={run_root}", "trainer.eval_interval=0", "trainer.eval_before_train=false",
+        "trainer.ckpt_interval=0", f"trainer.num_threads={threads}", f"trainer.max_training_steps={steps + 1}",
+        "trainer.resume_mode=none", "trainer.placement.colocate_all=false", "trainer.micro_train_batch_size_per_gpu=64",
+        *overrides,
+    ])
+
+
+def bench_models(base: Any, out_dir: str) -> tuple[dict[str, str], list[Any]]:
+    """``({"quickstart_tiny": dir, "qwen2_10m": dir}, train prompts)``: the two models the comparison
+    trains (built under ``out_dir``) and the quickstart's training prompts."""
+    from skyrl_engine.models import resolve_model_path
+    from skyrl_engine.tasks import load_prompts
+
+    train = load_prompts(base.data.train_data, base.environment.env_class)
+    tiny = resolve_model_path(base.trainer.policy.model.path, train, base.trainer.seed)
+    return {"quickstart_tiny": tiny, "qwen2_10m": ten_million_model(tiny, os.path.join(out_dir, "model-10m"))}, train
+
+
+def ranks_overrides(ranks: int) -> list[str]:
+    """What one arm changes in the base config: the policy's ranks on its one node."""
+    return [f"trainer.placement.policy_num_gpus_per_node={ranks}"]
+
+
+def compare_ranks(base: Any, models: dict[str, str], train: list[Any], rank_counts: Sequence[int] = (1, 2),
+                  steps: int = 6, arm_overrides: Callable[[int], list[str]] = ranks_overrides,
+                  interleave: bool = True) -> dict[str, Any]:
+    """Train each model once per entry of ``rank_counts`` (the first is the baseline) on the connected Ray
+    cluster and summarise the arms side by side: ``{model: {"ranks_<n>": {...}, "<metric>_<n>_over_<1>": x}}``.
+
+    ``interleave`` builds every arm at once and alternates their steps (1, 2, 1, 2, ...) so load changes hit
+    all alike (needs room for all arms at once); without it the arms run one after another, each alone
+    on the cluster (a GPU machine has room for one arm of N GPUs at a time). The first step of each arm
+    is a warm-up and is not measured.
+    """
+    total = steps + 1
+    result: dict[str, Any] = {}
+    for name, model_path in models.items():
+        rows: dict[int, list[dict]] = {ranks: [] for ranks in rank_counts}
+        for group in ([list(rank_counts)] if interleave else [[ranks] for ranks in rank_counts]):
+            runs = {ranks: base.with_overrides([f"run.run_id={name}-{ranks}", *arm_overrides(ranks)]) for ranks in group}
+            _train_arms(runs, model_path, train, total, rows)
+        result[name] = summarize(rows)
+        print(name, json.dumps(result[name]), flush=True)
+    return result
+
+
+def _train_arms(runs: dict[int, Any], model_path: str, train: list[Any], total: int,
+                rows: dict[int, list[dict]]) -> None:
+    """Build one trainer per config of ``runs`` at once, alternate their ``total`` steps, and append every
+    step's metrics but the first (it pays for lazy start-up work) to ``rows``; shut them all down after."""
+    from skyrl_core.runs import RunWriter
+    from skyrl_engine.trainer import RLTrainer
+    from skyrl_engine.workers import Workers
+
+    trainers: dict[int, Any] = {}
+    try:
+        for ranks, cfg in runs.items():
+            trainers[ranks] = RLTrainer(cfg, RunWriter(cfg.run_dir), Workers.create(cfg, model_path, total), train, [])
+        for step in range(1, total + 1):
+            for ranks, trainer in trainers.items():
+                started = time.perf_counter()
+                metrics = trainer.train_one_step(step)
+                metrics["wall_s"] = time.perf_counter() - started
+                if step > 1:
+                    rows[ranks].append(metrics)
+    finally:
+        for trainer in trainers.values():
+            trainer.workers.shutdown()
+
+
+def summarize(rows: dict[int, list[dict]]) -> dict[str, Any]:
+    """Medians per arm (``rows``: the measured steps' metrics of each rank count, baseline first) and each
+    other arm's step time, policy-update time and per-rank resident bytes over the baseline's."""
+    arms: dict[str, Any] = {}
+    for ranks, measured in rows.items():
+        step_s = statistics.median(r["wall_s"] for r in measured)
+        # tokens trained per step (sequence tokens of the batch), over the whole step's wall time
+        tokens = statistics.median(r["trainer/tokens_per_second"] * r["timing/policy_train"] for r in measured)
+        arms[f"ranks_{ranks}"] = {
+            "step_s_median": round(step_s, 3),
+            "policy_train_s_median": round(statistics.median(r["timing/policy_train"] for r in measured), 3),
+            "sync_weights_s_median": round(statistics.median(r["timing/sync_weights"] for r in measured), 3),
+            "train_tokens_per_s_median": round(statistics.median(r["trainer/tokens_per_second"] for r in measured), 1),
+            "step_tokens_per_s": round(tokens / step_s, 1),
+            "rank_resident_bytes": int(measured[-1]["policy/rank_resident_bytes_max"]),
+        }
+    baseline, *others = rows
+    one = arms[f"ranks_{baseline}"]
+    for ranks in others:
+        n = arms[f"ranks_{ranks}"]
+        arms[f"step_time_{ranks}_over_{baseline}"] = round(n["step_s_median"] / one["step_s_median"], 2)
+        arms[f"policy_train_{ranks}_over_{baseline}"] = round(n["policy_train_s_median"] / one["policy_train_s_median"], 2)
+        arms[f"resident_bytes_{ranks}_over_{baseline}"] = round(n["rank_resident_bytes"] / one["rank_resident_bytes"], 2)
+    return arms
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="measured steps per arm (after one warm-up)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
 
-    from skyrl_core.config import load_config
-    from skyrl_core.runs import RunWriter
-    from skyrl_engine.models import resolve_model_path
     from skyrl_engine.placement import start_private_ray
-    from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import RLTrainer
-    from skyrl_engine.workers import Workers
 
     start_private_ray(num_cpus=5)
     tmp = tempfile.mkdtemp(prefix="bench-scale-out-")
-    total = args.steps + 1
-    base = load_config("quickstart", [
-        f"run.run_root={tmp}", "trainer.eval_interval=0", "trainer.eval_before_train=false", "trainer.ckpt_interval=0",
-        f"trainer.num_threads={args.threads}", f"trainer.max_training_steps={total}", "trainer.resume_mode=none",
-        "trainer.placement.colocate_all=false", "trainer.micro_train_batch_size_per_gpu=64",
-    ])
-    train = load_prompts(base.data.train_data, base.environment.env_class)
-    tiny = resolve_model_path(base.trainer.policy.model.path, train, base.trainer.seed)
-    models = {"quickstart_tiny": tiny, "qwen2_10m": ten_million_model(tiny, os.path.join(tmp, "model-10m"))}
-
-    result: dict = {"steps": args.steps, "threads": args.threads, "models": {}}
-    for name, model_path in models.items():
-        trainers = {}
-        for ranks in (1, 2):
-            cfg = base.with_overrides([f"run.run_id={name}-{ranks}", f"trainer.placement.policy_num_gpus_per_node={ranks}"])
-            trainers[ranks] = RLTrainer(cfg, RunWriter(cfg.run_dir), Workers.create(cfg, model_path, total), train, [])
-        rows: dict[int, list[dict]] = {1: [], 2: []}
-        try:
-            for step in range(1, total + 1):
-                for ranks, trainer in trainers.items():
-                    started = time.perf_counter()
-                    metrics = trainer.train_one_step(step)
-                    metrics["wall_s"] = time.perf_counter() - started
-                    if step > 1:  # the first step pays for lazy start-up work
-                        rows[ranks].append(metrics)
-        finally:
-            for trainer in trainers.values():
-                trainer.workers.shutdown()
-        arms = {}
-        for ranks, measured in rows.items():
-            step_s = statistics.median(r["wall_s"] for r in measured)
-            # tokens trained per step (sequence tokens of the batch), over the whole step's wall time
-            tokens = statistics.median(r["trainer/tokens_per_second"] * r["timing/policy_train"] for r in measured)
-            arms[f"ranks_{ranks}"] = {
-                "step_s_median": round(step_s, 3),
-                "policy_train_s_median": round(statistics.median(r["timing/policy_train"] for r in measured), 3),
-                "sync_weights_s_median": round(statistics.median(r["timing/sync_weights"] for r in measured), 3),
-                "train_tokens_per_s_median": round(statistics.median(r["trainer/tokens_per_second"] for r in measured), 1),
-                "step_tokens_per_s": round(tokens / step_s, 1),
-                "rank_resident_bytes": int(measured[-1]["policy/rank_resident_bytes_max"]),
-            }
-        one, two = arms["ranks_1"], arms["ranks_2"]
-        arms["step_time_2_over_1"] = round(two["step_s_median"] / one["step_s_median"], 2)
-        arms["policy_train_2_over_1"] = round(two["policy_train_s_median"] / one["policy_train_s_median"], 2)
-        arms["resident_bytes_2_over_1"] = round(two["rank_resident_bytes"] / one["rank_resident_bytes"], 2)
-        result["models"][name] = arms
-        print(name, json.dumps(arms), flush=True)
+    base = base_config(tmp, args.steps, args.threads)
+    models, train = bench_models(base, tmp)
+    result: dict = {"steps": args.steps, "threads": args.threads,
+                    "models": compare_ranks(base, models, train, (1, 2), args.steps)}
     result["load_avg_1m"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result))
     out = ROOT / "bench" / "results" / "scale_out.json"

@@ -48,6 +48,26 @@ def test_colocated_needs_equal_slots() -> None:
     assert ok.config_problems() == [] and ok.policy_bundles == [] and ok.total() == {"CPU": 2.0}
 
 
+def test_policy_spanning_nodes_spreads_and_needs_that_many_nodes() -> None:
+    two_nodes = ClusterResources(total={"CPU": 8.0}, nodes=[{"CPU": 4.0}, {"CPU": 4.0}])
+    spread = {"trainer.placement.colocate_all": False, "trainer.placement.policy_num_nodes": 2}
+    plan = plan_placement(spread, device="CPU")
+    assert plan.policy_strategy == "STRICT_SPREAD" and plan.problems(two_nodes) == []
+    assert plan_placement({"trainer.placement.colocate_all": False}, device="CPU").policy_strategy == "PACK"
+    # enough CPUs in all and on the largest node, but three policy nodes need three Ray nodes
+    plan = plan_placement(spread, device="CPU", policy_num_nodes=3)
+    [problem] = plan.problems(two_nodes)
+    assert problem == (
+        "trainer.placement.policy_num_nodes: 3 policy nodes need 3 Ray nodes that can each hold 1 CPU, "
+        "but only 2 of the cluster's 2 alive node(s) can"
+    )
+    # a node too small for a policy bundle does not count
+    lopsided = ClusterResources(total={"CPU": 5.0}, nodes=[{"CPU": 4.0}, {"CPU": 1.0}])
+    wide = plan_placement(spread, device="CPU", policy_num_gpus_per_node=2)
+    [problem] = wide.problems(lopsided)
+    assert problem.startswith("trainer.placement.policy_num_nodes: 2 policy nodes") and "only 1 of" in problem
+
+
 def test_no_gpu_on_cluster_is_one_line() -> None:
     plan = plan_placement({}, device="GPU")
     [problem] = plan.problems(ONE_NODE_3CPU)
@@ -104,3 +124,51 @@ def test_impossible_placement_fails_fast_in_one_line(engine_ray) -> None:
     )
     with pytest.raises(PlacementError, match="needs 1 GPU but the cluster has 0 GPU"):
         Placement.create(plan_placement({}, device="GPU"))
+
+
+@pytest.mark.slow
+def test_policy_ranks_on_two_ray_nodes_talk_over_tcp(engine_ray) -> None:
+    """Two policy nodes land on two Ray nodes of this machine and form a gloo group over TCP, as the
+    engine's ranks do (``rendezvous_address`` on rank 0's node, ``DistributedContext`` on each)."""
+    from ray_clusters import SECOND_NODE_RESOURCE, second_ray_node
+
+    ray = engine_ray
+    cpus = ray.cluster_resources()["CPU"]
+    head_node = ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    class Rank:
+        def node(self) -> tuple[str, str]:
+            from skyrl_engine.distributed import node_id, rendezvous_address
+
+            return node_id(), rendezvous_address()
+
+        def all_reduce(self, address: str, rank: int) -> dict[str, float]:
+            import torch
+
+            from skyrl_engine.distributed import DistributedContext
+
+            torch.set_num_threads(1)
+            group = DistributedContext(address, rank, world_size=2, timeout_s=60)
+            return group.reduce_metrics({"ranks": rank + 1.0, "rank_max": float(rank)}, summed=("ranks",))
+
+    with second_ray_node(1) as second:
+        assert any(n["NodeID"] == second and SECOND_NODE_RESOURCE in n["Resources"] for n in ray.nodes() if n["Alive"])
+        plan = plan_placement({"trainer.placement.colocate_all": False, "trainer.placement.policy_num_nodes": 2,
+                               "trainer.placement.policy_num_gpus_per_node": 1})
+        assert plan.policy_strategy == "STRICT_SPREAD"
+        with Placement.create(plan, timeout_s=30) as placement:
+            ranks = [Rank.options(**placement.policy_options(r)).remote() for r in range(2)]
+            (node0, address), (node1, _) = ray.get([rank.node.remote() for rank in ranks], timeout=120)
+            assert {node0, node1} == {head_node, second}
+            assert address.startswith("tcp://")
+            reduced = ray.get([rank.all_reduce.remote(address, r) for r, rank in enumerate(ranks)], timeout=120)
+            assert reduced == [{"ranks": 3.0, "rank_max": 1.0}] * 2
+            for rank in ranks:
+                ray.kill(rank)
+    assert not any(n["NodeID"] == second and n["Alive"] for n in ray.nodes())
+    deadline = time.time() + 30  # the cluster's totals follow the node's death within moments
+    while ray.cluster_resources().get("CPU", 0) != cpus and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray.cluster_resources().get("CPU", 0) == cpus
+    assert SECOND_NODE_RESOURCE not in ray.cluster_resources()
