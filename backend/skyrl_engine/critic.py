@@ -61,11 +61,22 @@ def build_value_model(model_path: str, seed: int):
 
     from skyrl_engine.models import load_model
 
+    class ValueModel(torch.nn.Module):
+        """``body`` (the LM's transformer) + ``value_head``; its forward is the one FSDP2's hooks wrap."""
+
+        def __init__(self, body: torch.nn.Module, hidden: int) -> None:
+            super().__init__()
+            self.body = body
+            self.value_head = torch.nn.Linear(hidden, 1, bias=False)
+
+        def forward(self, input_ids, attention_mask, position_ids):
+            out = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=False)
+            return self.value_head(out.last_hidden_state).squeeze(-1)
+
     lm = load_model(model_path)
     hidden = int(lm.config.hidden_size)
-    model = torch.nn.Module()
-    model.body = getattr(lm, lm.base_model_prefix)
-    model.value_head = torch.nn.Linear(hidden, 1, bias=False)
+    model = ValueModel(getattr(lm, lm.base_model_prefix), hidden)
     generator = torch.Generator().manual_seed(seed + VALUE_HEAD_INIT_SEED_OFFSET)
     with torch.no_grad():
         model.value_head.weight.normal_(0.0, 1.0 / (hidden + 1), generator=generator)
@@ -77,14 +88,8 @@ def response_values(model, batch: TrainBatch) -> torch.Tensor:
     from skyrl_engine.sampler import position_ids_from_mask
 
     P = batch.num_prompt_tokens
-    out = model.body(
-        input_ids=batch.sequences_BL,
-        attention_mask=batch.attention_mask_BL,
-        position_ids=position_ids_from_mask(batch.attention_mask_BL),
-        use_cache=False,
-    )
-    hidden_BTH = out.last_hidden_state[:, P - 1 : -1, :]
-    return model.value_head(hidden_BTH).squeeze(-1).float()
+    values_BL = model(batch.sequences_BL, batch.attention_mask_BL, position_ids_from_mask(batch.attention_mask_BL))
+    return values_BL[:, P - 1 : -1].float()
 
 
 class CriticWorker(TrainableWorker):
@@ -174,7 +179,3 @@ class CriticWorker(TrainableWorker):
             raise FileNotFoundError(f"{os.path.dirname(role_dir)}: no critic checkpoint ({role_dir}/model.safetensors); "
                                     "was it written by a run without advantage_estimator=gae?")
         return super()._read_weights(role_dir)
-
-    def __repr__(self) -> str:
-        n = sum(p.numel() for p in self.model.parameters())
-        return f"CriticWorker(params={n}, lr={self.scheduler.get_last_lr()[0]:g})"

@@ -200,8 +200,9 @@ def _local(tensor: Any) -> Any:
 
 
 def _decoder_layers(model: Any) -> list[Any]:
-    """The transformer blocks of a Hugging Face causal LM (each gets its own FSDP2 unit)."""
-    inner = getattr(model, "model", None)
+    """The transformer blocks of a Hugging Face causal LM, or of a value model's body (each gets its own
+    FSDP2 unit)."""
+    inner = getattr(model, "model", None) or getattr(model, "body", None)
     layers = getattr(inner, "layers", None)
     return list(layers) if layers is not None else []
 

@@ -205,6 +205,12 @@ class TrainableWorker:
         """The torch thread count (also proves the actor is up)."""
         return self.num_threads
 
+    def __repr__(self) -> str:  # Ray shows it in errors, so it must work at any stage of __init__
+        params = sum(p.numel() for p in self.model.parameters()) if hasattr(self, "model") else 0
+        where = f"rank {self.rank} of {self.world_size}, {self.strategy or 'not joined'}" if getattr(
+            self, "world_size", 1) > 1 else "one worker"
+        return f"{type(self).__name__}({self.role}: {params:,} parameters, {where})"
+
 
 def read_fsdp_config(role_dir: str) -> dict[str, Any]:
     """``{"fsdp_strategy", "world_size"}`` of the run that wrote ``role_dir``."""
