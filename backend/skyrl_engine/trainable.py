@@ -207,8 +207,8 @@ class TrainableWorker:
 
     def __repr__(self) -> str:  # Ray shows it in errors, so it must work at any stage of __init__
         params = sum(p.numel() for p in self.model.parameters()) if hasattr(self, "model") else 0
-        where = f"rank {self.rank} of {self.world_size}, {self.strategy or 'not joined'}" if getattr(
-            self, "world_size", 1) > 1 else "one worker"
+        grouped = getattr(self, "world_size", 1) > 1 or getattr(self, "dist", None) is not None
+        where = f"rank {self.rank} of {self.world_size}, {self.strategy or 'not joined'}" if grouped else "one worker"
         return f"{type(self).__name__}({self.role}: {params:,} parameters, {where})"
 
 

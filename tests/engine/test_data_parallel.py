@@ -215,3 +215,47 @@ def test_two_ddp_ranks_train_exactly_as_one_worker(tiny_model_dir) -> None:
     assert metrics["policy/rank_resident_bytes_max"] == expected["policy/rank_resident_bytes_max"]  # replicas
     gap = max(abs(weights[k] - expected_weights[k].numpy()).max() for k in expected_weights)
     assert gap <= 1e-5, gap
+
+
+def test_fsdp_config_shapes_the_wrap_and_ddp_is_the_fallback(tiny_model_dir, monkeypatch) -> None:
+    """On a one-rank gloo group in this process: ``mixed_precision`` computes in bf16 over fp32 master
+    weights; a model ``fully_shard`` refuses is wrapped in DDP and the rank says why."""
+    import torch
+    import torch.distributed.fsdp as fsdp
+    from torch.nn.parallel import DistributedDataParallel
+
+    from skyrl_engine.distributed import rendezvous_address
+    from skyrl_engine.models import load_tokenizer
+    from skyrl_engine.policy import PolicyWorker
+
+    cfg = load_config("quickstart", ["trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
+                                     "generator.n_samples_per_prompt=2", "trainer.micro_train_batch_size_per_gpu=4"])
+    batch = _batch(len(load_tokenizer(tiny_model_dir)))
+    plain = PolicyWorker(tiny_model_dir, cfg.trainer, 1.0, 1, num_threads=1).train_step(batch)
+    entropy = "policy/policy_entropy"  # depends on the logits' precision (the first step's loss does not)
+    mixed = cfg.trainer.model_copy(deep=True)
+    mixed.policy.fsdp_config = type(mixed.policy.fsdp_config)(mixed_precision={"param_dtype": "bf16"})
+    worker = PolicyWorker(tiny_model_dir, mixed, 1.0, 1, num_threads=1, rank=0, world_size=1)
+    record = worker.join_group(rendezvous_address(), "fsdp2")
+    try:
+        assert record["strategy"] == "fsdp2" and "fallback" not in record
+        metrics = worker.train_step(batch)
+        assert metrics[entropy] != plain[entropy] and metrics[entropy] == pytest.approx(plain[entropy], rel=0.01)
+        assert {p.dtype for p in worker.model.parameters()} == {torch.float32}  # fp32 master weights
+        assert "rank 0 of 1, fsdp2" in repr(worker)
+    finally:
+        worker.dist.close()
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("no FSDP2 on this backend")
+
+    monkeypatch.setattr(fsdp, "fully_shard", refuse)
+    worker = PolicyWorker(tiny_model_dir, cfg.trainer, 1.0, 1, num_threads=1, rank=0, world_size=1)
+    record = worker.join_group(rendezvous_address(), "fsdp2")
+    try:
+        assert record["strategy"] == "ddp" and isinstance(worker.model, DistributedDataParallel)
+        assert "fsdp2 could not wrap the model (NotImplementedError: no FSDP2 on this backend); ddp ran instead" \
+            == record["fallback"]
+        assert worker.train_step(batch)[entropy] == pytest.approx(plain[entropy], rel=1e-6)
+    finally:
+        worker.dist.close()
