@@ -9,6 +9,8 @@ on the other.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from skyrl_core.config import ConfigError, load_config, policy_ranks
@@ -68,7 +70,7 @@ def test_gae_on_two_ranks_on_two_nodes_trains_as_one_worker_and_resumes_across_w
     two FSDP2 ranks each, the ranks on two Ray nodes of this machine (a second ``ray start --address``
     node joined to the session's cluster). Then each run's step-5 checkpoint resumes on the other world
     size (1 → 2 and 2 → 1): the loaded weights are the checkpoint's, and step 6 equals the original's."""
-    from ray_clusters import second_ray_node
+    from ray_clusters import SECOND_NODE_RESOURCE, second_ray_node
 
     from skyrl_core.runs import RunReader, RunWriter
     from skyrl_engine.async_pipeline import make_trainer
@@ -87,6 +89,7 @@ def test_gae_on_two_ranks_on_two_nodes_trains_as_one_worker_and_resumes_across_w
     train = load_prompts(cfg.data.train_data, cfg.environment.env_class)
     model = resolve_model_path(cfg.trainer.policy.model.path, train, cfg.trainer.seed)
     runs, workers = {}, {}
+    cpus = engine_ray.cluster_resources()["CPU"]
     with second_ray_node(2) as second_node:
         try:
             for ranks in (1, 2):
@@ -115,6 +118,12 @@ def test_gae_on_two_ranks_on_two_nodes_trains_as_one_worker_and_resumes_across_w
             for w in workers.values():
                 w.shutdown()
 
+    # the session's cluster is as it was: the second node is gone, its CPUs with it
+    deadline = time.monotonic() + 30
+    while SECOND_NODE_RESOURCE in engine_ray.cluster_resources() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert SECOND_NODE_RESOURCE not in engine_ray.cluster_resources()
+    assert engine_ray.cluster_resources()["CPU"] == cpus
     # the run records each rank, its strategy and its Ray node: one rank on each node
     (started,) = [e for e in RunReader(tmp_path / "ranks2").events() if e["kind"] == "started"]
     for role in ("policy_ranks", "critic_ranks"):
