@@ -58,13 +58,20 @@ def resources_for(cfg: Any) -> dict[str, Any]:
     torch backend: CPU actors only (one trainer, `num_engines` samplers). vLLM: one GPU per engine
     per tensor-parallel rank, plus the policy's GPUs unless everything is colocated.
     """
+    from skyrl_core.config import policy_ranks
+
     eng = cfg.generator.inference_engine
     place = cfg.trainer.placement
+    train = policy_ranks(cfg)
     if eng.backend == Backend.TORCH:
-        return {"CPU": 1 + eng.num_engines, "GPU": 0,
-                "text": f"{1 + eng.num_engines} CPU actors (1 trainer + {eng.num_engines} sampler), no GPU"}
+        if train == 1:
+            return {"CPU": 1 + eng.num_engines, "GPU": 0,
+                    "text": f"{1 + eng.num_engines} CPU actors (1 trainer + {eng.num_engines} sampler), no GPU"}
+        cpus = max(train, eng.num_engines) if place.colocate_all else train + eng.num_engines
+        how = " sharing them (colocated)" if place.colocate_all else ""
+        return {"CPU": cpus, "GPU": 0,
+                "text": f"{cpus} CPU(s): {train} trainer ranks + {eng.num_engines} sampler{how}, no GPU"}
     infer = eng.num_engines * eng.tensor_parallel_size
-    train = place.policy_num_nodes * place.policy_num_gpus_per_node
     gpus = max(infer, train) if place.colocate_all else infer + train
     how = "shared by trainer and vLLM (colocated)" if place.colocate_all else f"{train} trainer + {infer} vLLM"
     return {"CPU": 1, "GPU": gpus, "text": f"{gpus} GPU(s): {how}"}
