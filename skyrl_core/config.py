@@ -58,7 +58,7 @@ from skyrl_core.registry import (
 from skyrl_core.runs import run_id_problem, run_root_problem
 
 BUILTIN_PREFIX = "builtin://"
-BUILTIN_MODELS = ("builtin://tiny-qwen2",)
+BUILTIN_MODELS = ("builtin://tiny-qwen2", "builtin://smollm2-135m-instruct")
 BUILTIN_DATASETS = ("builtin://arithmetic/train", "builtin://arithmetic/test", "builtin://text2sql/train",
                     "builtin://text2sql/test")
 
@@ -1038,13 +1038,13 @@ def _rank_problems(cfg: JobConfig) -> list[str]:
     bundles, fsdp_config values this engine builds."""
     t, g, p = cfg.trainer, cfg.generator, cfg.trainer.placement
     found = []
-    roles = [("policy", policy_ranks(cfg), t.policy_mini_batch_size, t.policy.fsdp_config)]
-    if critic_ranks(cfg):
-        roles.append(("critic", critic_ranks(cfg), t.critic_mini_batch_size, t.critic.fsdp_config))
-    for role, ranks, mini, fsdp in roles:
+    roles = [("policy", policy_ranks(cfg), t.policy_mini_batch_size, t.policy.fsdp_config, True),
+             ("critic", max(1, p.critic_num_nodes * p.critic_num_gpus_per_node), t.critic_mini_batch_size,
+              t.critic.fsdp_config, critic_ranks(cfg) > 0)]
+    for role, ranks, mini, fsdp, active in roles:
         where = f"{ranks} {role} rank{'s' if ranks != 1 else ''} (trainer.placement.{role}_num_nodes × {role}_num_gpus_per_node)"
         rows = mini * g.n_samples_per_prompt
-        if ranks > 1 and rows % ranks:
+        if active and ranks > 1 and rows % ranks:
             found.append(f"trainer.{role}_mini_batch_size: {mini} prompts × {g.n_samples_per_prompt} samples = "
                          f"{rows} rows do not split evenly across {where}; allowed: a multiple of {ranks} rows")
         key = f"trainer.{role}.fsdp_config"
@@ -1055,8 +1055,8 @@ def _rank_problems(cfg: JobConfig) -> list[str]:
             found.append(f"{key}.wrap_policy: {fsdp.wrap_policy!r} is not allowed (each decoder layer is one FSDP2 "
                          "unit); allowed: {}")
         sharded = ranks > 1 and t.strategy == Strategy.FSDP2
-        for name, value, default in (("cpu_offload", fsdp.cpu_offload, False),
-                                     ("mixed_precision", fsdp.mixed_precision, None)):
+        wrap_keys = (("cpu_offload", fsdp.cpu_offload, False), ("mixed_precision", fsdp.mixed_precision, None))
+        for name, value, default in wrap_keys if active else ():
             if value != default and not sharded:
                 why = "trainer.strategy=ddp" if ranks > 1 else f"{where} (a single worker is not wrapped)"
                 found.append(f"{key}.{name}: {value!r} applies to fsdp2 on several ranks, not to {why}; "
@@ -1136,7 +1136,8 @@ def _data_file_problems(key: str, items: list[str], check_files: bool) -> list[s
 
 
 def _model_path_problems(key: str, model: str | None, check_files: bool) -> list[str]:
-    """A model key names a built-in model or a local Hugging Face directory (the cluster downloads nothing)."""
+    """A model key names a built-in model, a local Hugging Face directory or a local ``.gguf`` file (the cluster
+    downloads nothing from a model hub)."""
     if not model:
         return [f"{key}: {shown(model)} is not allowed; give a local Hugging Face model directory or "
                 f"{BUILTIN_MODELS[0]}"]
@@ -1145,9 +1146,11 @@ def _model_path_problems(key: str, model: str | None, check_files: bool) -> list
             return [f"{key}: {shown(model)} is not a built-in model; allowed: {', '.join(BUILTIN_MODELS)}"]
         return []
     path = _local_path(model)
+    if check_files and model.endswith(".gguf"):
+        return [] if path is not None and path.is_file() else [f"{key}: {shown(model)} is not a file"]
     if check_files and (path is None or not (path / "config.json").is_file()):
-        return [f"{key}: {shown(model)} is not a local Hugging Face model directory (no config.json there); "
-                "models cannot be downloaded on the cluster"]
+        return [f"{key}: {shown(model)} is not a local Hugging Face model directory (no config.json there) or "
+                ".gguf file; models cannot be downloaded on the cluster"]
     return []
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from skyrl_core.config import MAX_PROBLEM_CHARS, JobConfig, all_keys, check_config, config_problems
 from skyrl_core.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
@@ -53,6 +54,10 @@ def _kind(key: str) -> str:
         return "floats" if "adam_betas" in key else "list"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return "enum"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "section"
+    if typing.get_origin(annotation) is dict:
+        return "dict"
     return {bool: "bool", int: "int", float: "float", str: "str"}[annotation]
 
 
@@ -66,6 +71,8 @@ BAD_BY_KIND = {
     "floats": ["[0.9, 1.5]", "[.nan, .nan]", "[.inf, 0.9]", "[0.9]", "[true, 0.9]", "[-0.1, 0.9]", "abc",
                "[0.9, 0.999, 0.5]"],
     "str": ["5", "true", "[a, b]", "{a: 1}", "2.5"],
+    "section": ["5", "true", "abc", "[a]"],  # an optional section (fsdp_config.mixed_precision); a bad sub-key is its own key
+    "dict": ["5", "abc", "[a]", "{a: 1}"],  # fsdp_config.wrap_policy: only {} is built
 }
 
 BAD_BY_KEY = {

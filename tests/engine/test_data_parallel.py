@@ -226,12 +226,10 @@ def test_two_ddp_ranks_train_exactly_as_one_worker(tiny_model_dir) -> None:
     assert gap <= 1e-5, gap
 
 
-def test_fsdp_config_shapes_the_wrap_and_ddp_is_the_fallback(tiny_model_dir, monkeypatch) -> None:
+def test_fsdp_config_shapes_the_wrap_and_ddp_is_the_fallback(tiny_model_dir) -> None:
     """On a one-rank gloo group in this process: ``mixed_precision`` computes in bf16 over fp32 master
     weights; a model ``fully_shard`` refuses is wrapped in DDP and the rank says why."""
     import torch
-    import torch.distributed.fsdp as fsdp
-    from torch.nn.parallel import DistributedDataParallel
 
     from skyrl_engine.distributed import rendezvous_address
     from skyrl_engine.models import load_tokenizer
@@ -255,16 +253,40 @@ def test_fsdp_config_shapes_the_wrap_and_ddp_is_the_fallback(tiny_model_dir, mon
     finally:
         worker.dist.close()
 
+    # the fallback in a process of its own: a DDP reducer freed after its group is destroyed can hang
+    # in gloo's destructor, which must not be this test process's problem
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_fallback_rank, args=(tiny_model_dir, rendezvous_address(), results))
+    proc.start()
+    try:
+        record, fallback_entropy = results.get(timeout=240)
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+    assert record["strategy"] == "ddp" and record["wrapped"] == "DistributedDataParallel"
+    assert record["fallback"] == ("fsdp2 could not wrap the model (NotImplementedError: no FSDP2 on this backend); "
+                                  "ddp ran instead")
+    assert fallback_entropy == pytest.approx(plain[entropy], rel=1e-6)
+
+
+def _fallback_rank(model_dir: str, address: str, results) -> None:
+    import torch.distributed.fsdp as fsdp
+
+    from skyrl_engine.models import load_tokenizer
+    from skyrl_engine.policy import PolicyWorker
+
     def refuse(*args, **kwargs):
         raise NotImplementedError("no FSDP2 on this backend")
 
-    monkeypatch.setattr(fsdp, "fully_shard", refuse)
-    worker = PolicyWorker(tiny_model_dir, cfg.trainer, 1.0, 1, num_threads=1, rank=0, world_size=1)
-    record = worker.join_group(rendezvous_address(), "fsdp2")
-    try:
-        assert record["strategy"] == "ddp" and isinstance(worker.model, DistributedDataParallel)
-        assert "fsdp2 could not wrap the model (NotImplementedError: no FSDP2 on this backend); ddp ran instead" \
-            == record["fallback"]
-        assert worker.train_step(batch)[entropy] == pytest.approx(plain[entropy], rel=1e-6)
-    finally:
-        worker.dist.close()
+    fsdp.fully_shard = refuse
+    trainer = load_config("quickstart", ["trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
+                                         "generator.n_samples_per_prompt=2",
+                                         "trainer.micro_train_batch_size_per_gpu=4"]).trainer
+    worker = PolicyWorker(model_dir, trainer, 1.0, 1, num_threads=1, rank=0, world_size=1)
+    record = worker.join_group(address, "fsdp2")
+    entropy = worker.train_step(_batch(len(load_tokenizer(model_dir))))["policy/policy_entropy"]
+    results.put(({**record, "wrapped": type(worker.model).__name__}, entropy))
