@@ -153,6 +153,14 @@ class DistributedContext:
         dist.all_gather(parts, part.contiguous())
         return torch.cat(parts, dim=0)
 
+    def sum_scalar(self, value: Any) -> Any:
+        """``value`` (a 0-d tensor) summed over the ranks."""
+        import torch.distributed as dist
+
+        total = value.clone().to(self.device)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total.cpu()
+
     def barrier(self) -> None:
         """Wait until every rank is here."""
         import torch.distributed as dist

@@ -105,11 +105,25 @@ class TrainableWorker:
         (loss * self.dist.loss_scale if self.dist is not None else loss).backward()
 
     def clip_grad_norm(self, max_norm: float) -> float:
-        """Clip gradients to ``max_norm`` over every rank's shards; the norm before clipping."""
+        """Clip gradients to ``max_norm`` over every rank's shards; the norm before clipping.
+
+        The squares are summed in float64 (then across ranks), so the norm, and the clip factor made
+        from it, come out the same for one worker and for N ranks whatever order the sum took."""
         import torch
 
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        squares = torch.zeros((), dtype=torch.float64)
+        for grad in grads:
+            local = grad.to_local() if hasattr(grad, "to_local") else grad
+            squares += local.detach().double().pow(2).sum().cpu()
+        if self.dist is not None:
+            squares = self.dist.sum_scalar(squares)
+        norm = float(squares.sqrt())
+        factor = max_norm / (norm + 1e-6)
+        if factor < 1.0:
+            for grad in grads:
+                grad.mul_(factor)
+        return norm
 
     def finish_metrics(self, metrics: dict[str, float], summed: tuple[str, ...]) -> dict[str, float]:
         """Add ``<role>/rank_resident_bytes_max`` (parameters + AdamW state this rank holds) and combine
