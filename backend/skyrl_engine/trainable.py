@@ -107,7 +107,7 @@ class TrainableWorker:
     def clip_grad_norm(self, max_norm: float) -> float:
         """Clip gradients to ``max_norm`` over every rank's shards; the norm before clipping.
 
-        The squares are summed in float64 (then across ranks), so the norm, and the clip factor made
+        The squares are summed in float64 (then across fsdp2's shards), so the norm, and the clip factor made
         from it, come out the same for one worker and for N ranks whatever order the sum took."""
         import torch
 
@@ -116,7 +116,7 @@ class TrainableWorker:
         for grad in grads:
             local = grad.to_local() if hasattr(grad, "to_local") else grad
             squares += local.detach().double().pow(2).sum().cpu()
-        if self.dist is not None:
+        if any(hasattr(grad, "to_local") for grad in grads):  # fsdp2: each rank holds a shard (ddp: a replica)
             squares = self.dist.sum_scalar(squares)
         norm = float(squares.sqrt())
         factor = max_norm / (norm + 1e-6)
