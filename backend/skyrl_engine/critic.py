@@ -97,6 +97,7 @@ class CriticWorker(TrainableWorker):
     (:class:`skyrl_engine.trainable.TrainableWorker`)."""
 
     role = CRITIC_DIR
+    missing_hint = "; was it written by a run without advantage_estimator=gae?"
 
     def __init__(self, model_path: str, trainer: TrainerConfig, total_steps: int, num_threads: int = 0,
                  plugins: list[str] | tuple[str, ...] = (), rank: int = 0, world_size: int = 1):
@@ -173,9 +174,3 @@ class CriticWorker(TrainableWorker):
         # clone: tied or shared tensors would make safetensors refuse the file
         save_file({k: v.detach().clone().contiguous() for k, v in weights.items()},
                   os.path.join(role_dir, "model.safetensors"))
-
-    def _read_weights(self, role_dir: str) -> dict[str, Any]:
-        if not os.path.exists(os.path.join(role_dir, "model.safetensors")):
-            raise FileNotFoundError(f"{os.path.dirname(role_dir)}: no critic checkpoint ({role_dir}/model.safetensors); "
-                                    "was it written by a run without advantage_estimator=gae?")
-        return super()._read_weights(role_dir)

@@ -75,8 +75,10 @@ def gguf_model_dir(gguf_path: str) -> str:
     gguf_path = os.path.abspath(os.path.expanduser(gguf_path))
     if not os.path.isfile(gguf_path):
         raise FileNotFoundError(f"trainer.policy.model.path: {gguf_path} is not a file")
-    stat = os.stat(gguf_path)
-    key = hashlib.sha256(f"{os.path.basename(gguf_path)}:{stat.st_size}:v1".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{os.path.getsize(gguf_path)}:v1:".encode())
+    with open(gguf_path, "rb") as f:  # size + the header and first tensors: two GGUFs named alike differ here
+        digest.update(f.read(1 << 20))
+    key = digest.hexdigest()[:16]
     final_dir = os.path.join(cache_root(), "models", f"gguf-{key}")
     if os.path.exists(os.path.join(final_dir, "model.safetensors")):
         return final_dir

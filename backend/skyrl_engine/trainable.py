@@ -49,6 +49,7 @@ class TrainableWorker:
     :meth:`_read_weights`)."""
 
     role = "trainable"
+    missing_hint = ""  # appended when a checkpoint has no directory for this role
 
     def _setup(self, optimizer_config: Any, fsdp_config: Any, total_optimizer_steps: int, rank: int,
                world_size: int) -> None:
@@ -173,6 +174,8 @@ class TrainableWorker:
         import torch
 
         role_dir = os.path.join(ckpt_dir, self.role)
+        if not os.path.isdir(role_dir):
+            raise FileNotFoundError(f"{ckpt_dir}: no {self.role} checkpoint ({role_dir} is missing){self.missing_hint}")
         saved = read_fsdp_config(role_dir)
         weights = self._read_weights(role_dir)
         self._load_weights(role_dir, weights)
