@@ -513,6 +513,21 @@ class RunReader:
             warnings=tuple(self.warnings),
         )
 
+    def export(self, path: str | os.PathLike[str], step: int | None = None) -> Any:
+        """Write checkpoint ``step`` (default: the latest) as a Hugging Face model directory at ``path`` (a new
+        local directory or ``s3://bucket/prefix``); returns the ``ExportResult``. See ``skyrl_engine.export``.
+
+        Runs here, in this process: it needs the engine installed where the run directory is readable (the
+        engine is imported on the first call only, so reading runs stays light).
+
+        >>> open_run("~/skyrl-runs/my-run").export("~/models/my-run")     # doctest: +SKIP
+        """
+        try:
+            from skyrl_engine.export import export_model
+        except ImportError as err:
+            raise RuntimeError(f"export needs the engine (pip install 'skyrl-nb[engine]'): {err}") from None
+        return export_model(self.run_dir, path, step=step)
+
     def __repr__(self) -> str:
         s = self.summary()
         return f"RunReader({s.run_id!r}, state={s.state}, step={s.step}/{s.total_steps}, path={s.path!r})"

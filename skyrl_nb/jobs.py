@@ -2,7 +2,8 @@
 
 A `Job` is as thin as Ray's own job SDK: `status()`, `logs()`, `stop()`, `wait()` are one call
 each; `resume()` resubmits the same run with `trainer.resume_mode=latest` under a new submission
-id (`<run_id>-r1`, `-r2`, ...); `.run` reads the run store the engine writes.
+id (`<run_id>-r1`, `-r2`, ...); `.run` reads the run store the engine writes; `export()` writes a
+checkpoint as a Hugging Face model directory.
 
 A job killed without a word (kill -9, out of memory) leaves a `status.json` that still says
 `running`. `status()` reports such a job as `lost` as soon as its death is known: Ray says the job
@@ -180,6 +181,15 @@ class Job:
 
             self._reader = RunReader(self.run_dir)
         return self._reader
+
+    def export(self, path: str | os.PathLike[str], step: int | None = None) -> Any:
+        """Write checkpoint ``step`` (default: the latest) of this run as a Hugging Face model directory at
+        ``path`` (a new local directory or ``s3://bucket/prefix``): `RunReader.export`, run in this kernel.
+
+        >>> job.export("~/models/my-run")       # doctest: +SKIP
+        ExportResult(path='/home/me/models/my-run', step=50, run='my-run', files=8, ...)
+        """
+        return self.run.export(path, step=step)
 
     def dashboard(self, **kwargs: Any) -> Dashboard:
         """A live dashboard that follows this job (see `skyrl_nb.dashboard.Dashboard`)."""

@@ -7,6 +7,7 @@
       algorithm: {advantage_estimator: rloo}
     %skyrl status [RUN]      %skyrl logs RUN [--tail N]     %skyrl stop RUN
     %skyrl resume RUN        %skyrl list                    %skyrl dashboard RUN     %skyrl inspect RUN
+    %skyrl export RUN PATH [--step N]    (PATH: a new directory or s3://bucket/prefix)
 
 Settings: `%config SkyrlMagics.run_root = "/fsx/runs"` (also `preset`, `cluster`, `show_dashboard`,
 `log_tail`). `%skyrl -h` prints the commands. Every mistake is a one-line `UsageError`, raised
@@ -36,6 +37,8 @@ COMMAND_HELP = {
     "list": "the runs under run_root and the runs launched from this kernel",
     "dashboard": "RUN: the live training dashboard",
     "inspect": "RUN: the trajectory inspector",
+    "export": "RUN PATH [--step N]: write a checkpoint (default: the latest) as a Hugging Face model "
+              "directory at PATH (a new directory or s3://bucket/prefix)",
 }
 COMMANDS = tuple(COMMAND_HELP)
 _NEEDS_RUN = ("logs", "stop", "resume", "dashboard", "inspect")
@@ -83,11 +86,13 @@ class SkyrlMagics(Magics):
     @line_cell_magic
     @magic_arguments()
     @argument("command", help=f"one of: {', '.join(COMMANDS)}")
-    @argument("args", nargs="*", help="launch: key=value overrides; other commands: the run id")
+    @argument("args", nargs="*", help="launch: key=value overrides; export: the run id and the path; other "
+                                      "commands: the run id")
     @argument("-p", "--preset", default=None, help="preset to start from (launch)")
     @argument("-c", "--cluster", default=None, help="notebook variable holding a Cluster (launch)")
     @argument("-n", "--tail", type=int, default=None, help="log lines to show (logs)")
     @argument("--run-id", default=None, help="run id to use (launch)")
+    @argument("--step", type=int, default=None, help="checkpoint step to export (export; default: the latest)")
     @argument("--wait", action="store_true", help="block until the job ends (launch, resume)")
     @argument("--no-dashboard", action="store_true", help="do not show the dashboard (launch, resume)")
     def skyrl(self, line: str = "", cell: str | None = None) -> Any:
@@ -133,6 +138,11 @@ class SkyrlMagics(Magics):
             raise UsageError(f"%skyrl {command}: --preset, --cluster and --run-id only go with launch")
         if command in _NEEDS_RUN and len(args.args) != 1:
             raise UsageError(f"%skyrl {command} needs exactly one run id, e.g. %skyrl {command} my-run")
+        if command == "export" and len(args.args) != 2:
+            raise UsageError("%skyrl export needs a run id and a path, e.g. %skyrl export my-run ~/models/my-run "
+                             "(or s3://bucket/prefix)")
+        if args.step is not None and (command != "export" or args.step < 0):
+            raise UsageError("%skyrl: --step takes a checkpoint step >= 0 and only goes with export")
         if command in ("status", "list") and len(args.args) > (1 if command == "status" else 0):
             raise UsageError(f"%skyrl {command}: too many arguments: {' '.join(args.args)}")
         if args.tail is not None and (command != "logs" or args.tail < 0):
@@ -273,6 +283,19 @@ class SkyrlMagics(Magics):
             return open_inspector(job.run if job is not None else self._open_run(run))
         except RuntimeError as err:
             raise UsageError(_one_line(str(err))) from None
+
+    def _export(self, args: Any, cell: str | None) -> Any:
+        """The run's checkpoint as a Hugging Face model (`RunReader.export`: the engine runs in this kernel)."""
+        run, path = args.args
+        job = self._find_job(run, required=False)
+        reader = job.run if job is not None else self._open_run(run)
+        try:
+            result = reader.export(path, step=args.step)
+        except (ValueError, OSError, RuntimeError) as err:  # ExportError is a ValueError: one line naming the value
+            raise UsageError(f"%skyrl export: {_one_line(str(err))}") from None
+        for warning in result.warnings:
+            print(f"warning: {warning}")
+        return result
 
     # -- helpers ----------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
-"""``python -m skyrl_engine train|validate --config FILE_OR_PRESET [key=value ...]``.
+"""``python -m skyrl_engine train|validate --config FILE_OR_PRESET [key=value ...]``,
+``python -m skyrl_engine export SOURCE DEST [--step N]`` (a checkpoint as a Hugging Face model: export.py).
 
-Exit codes: 0 done (or valid), 1 the run failed (status ``failed``, traceback in events.jsonl),
-2 the config is invalid (one line per problem on stderr, nothing started),
-143 stopped by SIGTERM (status ``stopped``).
+Exit codes: 0 done (or valid, or exported), 1 the run (or the export) failed (status ``failed``, traceback
+in events.jsonl), 2 the config is invalid or the export's source, step or destination cannot be used
+(one line per problem on stderr, nothing started or written), 143 stopped by SIGTERM (status ``stopped``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--config", required=True, help="a preset name (e.g. quickstart) or a YAML file")
         p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.seed=3")
+    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (or s3://bucket/prefix)")
+    p.add_argument("source", help="a run directory, a checkpoint root, a global_step_N directory or its policy/")
+    p.add_argument("dest", help="a new local directory or s3://bucket/prefix")
+    p.add_argument("--step", type=int, default=None, help="the checkpoint's global step (default: the latest)")
     return parser
 
 
@@ -184,6 +189,25 @@ def _keep_tokenizer(model_path: str, run_dir: str) -> None:
         shutil.copyfile(source, os.path.join(target, "tokenizer.json"))
 
 
+def export(source: str, dest: str, step: int | None) -> int:
+    """Export a checkpoint (``skyrl_engine.export.export_model``); prints the result line. Exit 0, 2 when the
+    source, step or destination cannot be used (one line on stderr), 1 when the export failed."""
+    from skyrl_engine.export import ExportError, export_model
+
+    try:
+        result = export_model(source, dest, step=step)
+    except ExportError as err:
+        _print_problems([str(err)])
+        return EXIT_BAD_CONFIG
+    except Exception:
+        traceback.print_exc()
+        return EXIT_FAILED
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(result)
+    return EXIT_OK
+
+
 def _log(text: str) -> None:
     print(f"[skyrl_engine] {text}", flush=True)
 
@@ -193,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "validate":
         return validate(args.config, args.overrides)
+    if args.command == "export":
+        return export(args.source, args.dest, args.step)
     return train(args.config, args.overrides)
 
 

@@ -1,0 +1,509 @@
+"""Export a checkpoint's policy as a Hugging Face model directory that ``transformers`` and vLLM serve.
+
+::
+
+    python -m skyrl_engine export ~/skyrl-runs/my-run ./my-model                  # the latest checkpoint
+    python -m skyrl_engine export ~/skyrl-runs/my-run s3://bucket/models/my-run --step 40
+
+What lands in the destination, and nothing else of the checkpoint (no optimizer, RNG or FSDP state)::
+
+    config.json                  the policy's (``architectures`` names the class transformers and vLLM build)
+    model.safetensors            the consolidated weights as trained (float32; LoRA already merged)
+    tokenizer.json, tokenizer_config.json, chat_template.jinja, ...
+                                 the tokenizer saved with the checkpoint, or, for checkpoints without one,
+                                 the run's base model's (``trainer.policy.model.path``)
+    generation_config.json       the checkpoint's (else the base model's, else a new one), with the eos and
+                                 pad ids of the tokenizer: generation stops where the engine's sampler stopped
+    adapter/                     only when the run trained LoRA: the PEFT adapter (adapter_model.safetensors
+                                 + adapter_config.json), for serving the base model with an adapter instead
+    skyrl_export.json, README.md where it came from: run, step, base model
+
+A local destination is assembled in a hidden sibling directory and renamed into place, so it either
+appears whole or not at all. ``s3://bucket/prefix`` is built in a local temporary directory and then
+uploaded file by file with boto3 (credentials from the usual boto3 chain; they are never printed).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyrl_engine import checkpoint
+
+WEIGHT_FILE = re.compile(r"^model(-\d+-of-\d+)?\.safetensors$|^model\.safetensors\.index\.json$")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "chat_template.json", "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
+TOKENIZER_DIRS = ("additional_chat_templates",)
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+GENERATION_CONFIG = "generation_config.json"
+METADATA_FILE = "skyrl_export.json"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_SOURCE_KINDS = ("a run directory, a checkpoint root (latest_ckpt_global_step.txt, global_step_N/), "
+                 "a global_step_N directory or its policy/ directory (config.json + model.safetensors)")
+# A text with spaces, digits and punctuation: a tokenizer that loads differently encodes it differently.
+_PROBE_TEXT = "Hello, world! 12 + 30 = 42.\nDone?"
+
+
+class ExportError(ValueError):
+    """What was asked cannot be exported: one line naming the argument, its value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """A model directory written by :func:`export_model`."""
+
+    path: str
+    """Where it is: a local directory or ``s3://bucket/prefix``."""
+    step: int | None
+    """The checkpoint's global step (None for a policy directory outside ``global_step_N``)."""
+    checkpoint: str
+    """The policy directory that was exported."""
+    run_dir: str | None
+    base_model: str | None
+    """``trainer.policy.model.path`` of the run, when its config was found."""
+    files: tuple[str, ...]
+    """Every file written, relative to ``path``."""
+    total_bytes: int
+    adapter: bool = False
+    """True when ``adapter/`` holds the run's LoRA adapter."""
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def run_id(self) -> str | None:
+        return os.path.basename(self.run_dir) if self.run_dir else None
+
+    def _what(self) -> str:
+        step = f"step {self.step}" if self.step is not None else "a policy checkpoint"
+        return f"{step} of run {self.run_id!r}" if self.run_id else step
+
+    def __str__(self) -> str:
+        adapter = " + adapter/" if self.adapter else ""
+        return (f"exported {self._what()} to {self.path}: {len(self.files)} files, "
+                f"{_size(self.total_bytes)} (weights, tokenizer, generation config{adapter})")
+
+    def __repr__(self) -> str:
+        return (f"ExportResult(path={self.path!r}, step={self.step}, run={self.run_id!r}, files={len(self.files)}, "
+                f"size={_size(self.total_bytes)!r}, adapter={self.adapter}, warnings={len(self.warnings)})")
+
+    def _repr_html_(self) -> str:
+        rows = [("model", f"<code>{html.escape(self.path)}</code>"), ("from", html.escape(self._what())),
+                ("checkpoint", f"<code>{html.escape(self.checkpoint)}</code>"),
+                ("base model", f"<code>{html.escape(str(self.base_model))}</code>"),
+                ("files", f"{len(self.files)} ({_size(self.total_bytes)})" + (", adapter/" if self.adapter else ""))]
+        rows += [("warning", f"<span style='color:#b60'>{html.escape(w)}</span>") for w in self.warnings]
+        body = "".join(f"<tr><td style='text-align:left;padding-right:1em'><b>{k}</b></td>"
+                       f"<td style='text-align:left'>{v}</td></tr>" for k, v in rows)
+        return f"<div><b>Exported model</b><table>{body}</table></div>"
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    """The policy directory to export and what is known about the run around it."""
+
+    policy_dir: str
+    step: int | None
+    step_dir: str | None
+    run_dir: str | None
+
+
+def export_model(source: str | os.PathLike[str], dest: str | os.PathLike[str], *, step: int | None = None) -> ExportResult:
+    """Write the policy of a checkpoint as a Hugging Face model directory (see the module docstring).
+
+    ``source`` is a run directory, a checkpoint root, a ``global_step_N`` directory or its ``policy/``;
+    ``step`` picks a checkpoint under a run or checkpoint root (default: the latest complete one).
+    ``dest`` is a new (or empty) local directory or ``s3://bucket/prefix``. The result loads with plain
+    ``AutoModelForCausalLM.from_pretrained(dest)`` / ``AutoTokenizer.from_pretrained(dest)`` and ``vllm serve
+    dest``. ``dest/adapter/`` holds the LoRA adapter when the run trained one (optional: absent otherwise).
+    Raises :class:`ExportError` (one line) for a source, step or destination that cannot be used.
+
+    >>> export_model("~/skyrl-runs/my-run", "./my-model")             # doctest: +SKIP
+    ExportResult(path='/home/me/my-model', step=50, run='my-run', files=8, size='2.0 MB', adapter=False, warnings=0)
+    """
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise ExportError(f"step: {step!r} is not a checkpoint step; give a global step >= 0, or None for the latest")
+    dest = os.fspath(dest)
+    ckpt = find_checkpoint(source, step)
+    if dest.startswith("s3://"):
+        return _export_to_s3(ckpt, dest)
+    if _SCHEME.match(dest):
+        raise ExportError(f"dest: {dest!r}: only a local directory or s3://bucket/prefix is supported")
+    return _export_local(ckpt, dest)
+
+
+# -- finding the checkpoint ----------------------------------------------------------------------------
+
+def _is_policy_dir(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "config.json")) and any(
+        WEIGHT_FILE.match(name) and name.endswith(".safetensors") for name in os.listdir(path))
+
+
+def _steps(root: str) -> list[int]:
+    """The steps with a ``global_step_N`` directory under ``root`` (complete: they appear by rename)."""
+    if not os.path.isdir(root):
+        return []
+    return sorted(int(m.group(1)) for name in os.listdir(root)
+                  if (m := re.match(r"^global_step_(\d+)$", name)) and os.path.isdir(os.path.join(root, name)))
+
+
+def _is_run_dir(path: str) -> bool:
+    return any(os.path.isfile(os.path.join(path, name)) for name in ("config.yaml", "status.json"))
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, ValueError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _dig(data: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
+
+
+def find_checkpoint(source: str | os.PathLike[str], step: int | None = None) -> _Checkpoint:
+    """The policy directory ``source`` and ``step`` name (see :func:`export_model`); ExportError otherwise."""
+    given = os.fspath(source)
+    path = os.path.abspath(os.path.expanduser(given))
+    if not os.path.isdir(path):
+        raise ExportError(f"source: {given} is not a directory; give {_SOURCE_KINDS}")
+    name = os.path.basename(path)
+    if _is_policy_dir(path):
+        parent = os.path.dirname(path)
+        if re.match(r"^global_step_\d+$", os.path.basename(parent)):
+            return _pinned(given, parent, step, policy_dir=path)
+        if step is not None:
+            raise ExportError(f"step: {step} picks a checkpoint under a run or checkpoint root, but {given} is one "
+                              "model directory; leave the step out")
+        return _Checkpoint(path, None, None, None)
+    if re.match(r"^global_step_\d+$", name):
+        return _pinned(given, path, step)
+    if os.path.isfile(os.path.join(path, checkpoint.LATEST_FILE)) or _steps(path):
+        root = path
+        run_dir = os.path.dirname(path) if _is_run_dir(os.path.dirname(path)) else None
+    elif _is_run_dir(path):
+        run_dir = path
+        root = checkpoint.checkpoint_root(_dig(_read_yaml(os.path.join(path, "config.yaml")), "trainer.ckpt_path"), path)
+    else:
+        raise ExportError(f"source: {given} holds no checkpoint; give {_SOURCE_KINDS}")
+    steps = _steps(root)
+    if step is None:
+        try:
+            step = checkpoint.latest_step(root)
+        except FileNotFoundError as err:  # the latest file names a step whose directory is gone
+            raise ExportError(f"source: {err}; steps there: {_listing(steps)} (pick one with step=N)") from None
+        if step is None and steps:
+            step = steps[-1]
+        if step is None:
+            raise ExportError(f"source: no checkpoint in {root} (no global_step_N directory); a run writes one every "
+                              "trainer.ckpt_interval steps and at its end")
+    elif step not in steps:
+        raise ExportError(f"step: {step} has no checkpoint in {root}; steps there: {_listing(steps)}")
+    found = _pinned(given, checkpoint.step_dir(root, step), step)
+    return _Checkpoint(found.policy_dir, step, found.step_dir, run_dir)
+
+
+def _pinned(given: str, step_dir: str, step: int | None, policy_dir: str | None = None) -> _Checkpoint:
+    """The checkpoint in ``global_step_N`` directory ``step_dir``; ``step`` (when given) must be N."""
+    n = checkpoint.step_of(step_dir)
+    if step is not None and step != n:
+        raise ExportError(f"step: {step} does not match the source {given}, which is step {n}; leave the step out "
+                          "or give the run directory")
+    policy_dir = policy_dir or os.path.join(step_dir, "policy")
+    if not _is_policy_dir(policy_dir):
+        raise ExportError(f"source: {step_dir} has no policy model ({policy_dir} needs config.json and "
+                          "model.safetensors); not a checkpoint this engine wrote")
+    root = os.path.dirname(step_dir)
+    run_dir = os.path.dirname(root) if _is_run_dir(os.path.dirname(root)) else None
+    return _Checkpoint(policy_dir, n, step_dir, run_dir)
+
+
+def _listing(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    shown = ", ".join(map(str, steps[-10:]))
+    return shown if len(steps) <= 10 else f"{len(steps)} checkpoints, the last ones {shown}"
+
+
+def _run_config(ckpt: _Checkpoint) -> dict[str, Any]:
+    """The config the checkpoint was trained with: its trainer_state.json's, else the run's config.yaml."""
+    if ckpt.step_dir:
+        try:
+            cfg = checkpoint.read_trainer_state(ckpt.step_dir).get("config")
+        except (OSError, ValueError):
+            cfg = None
+        if isinstance(cfg, dict):
+            return cfg
+    return _read_yaml(os.path.join(ckpt.run_dir, "config.yaml")) if ckpt.run_dir else {}
+
+
+def _base_model_dir(cfg: dict[str, Any], policy_dir: str) -> str:
+    """The run's base model as a local directory (``resolve_model_path``; the built-in tiny model needs the
+    train rows it was warm-started on)."""
+    from skyrl_engine.models import TINY_MODEL, resolve_model_path
+
+    path = _dig(cfg, "trainer.policy.model.path")
+    why = f"{policy_dir} has no tokenizer files, so the export takes them from the run's base model"
+    if not isinstance(path, str) or not path:
+        raise ExportError(f"trainer.policy.model.path: not found in the checkpoint's config; {why}")
+    rows = None
+    if path == TINY_MODEL:
+        from skyrl_engine.tasks import load_prompts
+
+        train_data = _dig(cfg, "data.train_data") or []
+        rows = load_prompts(list(train_data), _dig(cfg, "environment.env_class") or "arithmetic")
+    try:
+        return resolve_model_path(path, rows, int(_dig(cfg, "trainer.seed") or 0))
+    except (FileNotFoundError, ValueError) as err:
+        raise ExportError(f"{' '.join(str(err).split())} ({why})") from None
+
+
+# -- writing the model directory -------------------------------------------------------------------------
+
+def _has_tokenizer(path: str) -> bool:
+    return any(os.path.isfile(os.path.join(path, name))
+               for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"))
+
+
+def _copy_tokenizer(source: str, out: str) -> None:
+    for name in TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(out, name))
+    for name in TOKENIZER_DIRS:
+        if os.path.isdir(os.path.join(source, name)):
+            shutil.copytree(os.path.join(source, name), os.path.join(out, name))
+
+
+def _generation_config(sources: list[str], tokenizer) -> dict[str, Any]:
+    """The first ``generation_config.json`` of ``sources`` (or a new one), with the tokenizer's eos and pad ids:
+    the tokenizer's EOS is among ``eos_token_id`` (other stop ids there are kept), pad is the tokenizer's."""
+    import transformers
+
+    gen: dict[str, Any] = {}
+    for folder in sources:
+        path = os.path.join(folder, GENERATION_CONFIG)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                gen = json.load(f)
+            break
+    eos = tokenizer.eos_token_id
+    if eos is not None:
+        declared = gen.get("eos_token_id")
+        ids = [i for i in (declared if isinstance(declared, list) else [declared]) if isinstance(i, int)]
+        ids = [eos] + [i for i in ids if i != eos]
+        gen["eos_token_id"] = ids[0] if len(ids) == 1 else ids
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    if pad is not None:
+        gen["pad_token_id"] = pad
+    if tokenizer.bos_token_id is not None:
+        gen["bos_token_id"] = tokenizer.bos_token_id
+    # a config marked as derived from the model config may be replaced by it in generate(): ours is the one
+    gen.pop("_from_model_config", None)
+    gen.setdefault("transformers_version", transformers.__version__)
+    return gen
+
+
+def _auto_tokenizer_problem(out: str, tokenizer) -> str | None:
+    """Why ``AutoTokenizer.from_pretrained(out)`` would not tokenize like the run's tokenizer, or None."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        auto = AutoTokenizer.from_pretrained(out)
+    except Exception as err:  # what a user would hit: say it, the export itself is fine
+        return f"AutoTokenizer.from_pretrained fails on it ({type(err).__name__}); load the tokenizer with " \
+               f"{type(tokenizer).__name__}.from_pretrained"
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    want = tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)
+    if auto.encode(_PROBE_TEXT, add_special_tokens=False) == want:
+        return None
+    return (f"AutoTokenizer loads this tokenizer as {type(auto).__name__} (transformers picks the class by "
+            f"config.json's model_type), which encodes text differently from the tokenizer the run trained with; "
+            f"load it with transformers.PreTrainedTokenizerFast.from_pretrained(path)")
+
+
+def _build(ckpt: _Checkpoint, out: str, shown_as: str) -> ExportResult:
+    """Write the model directory for ``ckpt`` into the empty directory ``out``."""
+    from skyrl_engine.gguf_models import special_token_problems
+    from skyrl_engine.models import load_tokenizer
+
+    policy = ckpt.policy_dir
+    warnings: list[str] = []
+    for name in sorted(os.listdir(policy)):
+        if name == "config.json" or WEIGHT_FILE.match(name):
+            shutil.copyfile(os.path.join(policy, name), os.path.join(out, name))
+    with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
+        if not json.load(f).get("architectures"):
+            warnings.append(f"{policy}/config.json names no architectures; vLLM needs them to pick the model class")
+    cfg = _run_config(ckpt)
+    base_model = _dig(cfg, "trainer.policy.model.path")
+    gen_sources = [policy]
+    if _has_tokenizer(policy):
+        _copy_tokenizer(policy, out)
+    else:
+        base_dir = _base_model_dir(cfg, policy)
+        _copy_tokenizer(base_dir, out)
+        gen_sources.append(base_dir)
+    tokenizer = load_tokenizer(out)
+    if tokenizer.eos_token_id is None:
+        warnings.append("the tokenizer has no EOS token: generation will only stop at max_new_tokens")
+    if not tokenizer.chat_template:
+        warnings.append("the tokenizer has no chat template: apply_chat_template and chat serving will not work")
+    gen = _generation_config(gen_sources, tokenizer)
+    with open(os.path.join(out, GENERATION_CONFIG), "w", encoding="utf-8") as f:
+        json.dump(gen, f, indent=2, sort_keys=True)
+    warnings += special_token_problems(out, tokenizer)
+    auto_problem = _auto_tokenizer_problem(out, tokenizer)
+    if auto_problem:
+        warnings.append(auto_problem)
+    adapter = all(os.path.isfile(os.path.join(policy, name)) for name in ADAPTER_FILES)
+    if adapter:
+        os.makedirs(os.path.join(out, "adapter"))
+        for name in ADAPTER_FILES:
+            shutil.copyfile(os.path.join(policy, name), os.path.join(out, "adapter", name))
+    meta = {
+        "format": 1, "exported_by": "skyrl-nb", "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run_dir": ckpt.run_dir, "run_id": os.path.basename(ckpt.run_dir) if ckpt.run_dir else None,
+        "step": ckpt.step, "checkpoint": policy, "base_model": base_model,
+        "tokenizer_from": "checkpoint" if len(gen_sources) == 1 else gen_sources[1],
+        "adapter": "adapter/" if adapter else None,
+        "tokenizer_class": "PreTrainedTokenizerFast" if auto_problem else "AutoTokenizer", "warnings": warnings,
+    }
+    with open(os.path.join(out, METADATA_FILE), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+    with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
+        f.write(_readme(meta, shown_as))
+    files = tuple(sorted(os.path.relpath(os.path.join(d, n), out) for d, _, names in os.walk(out) for n in names))
+    size = sum(os.path.getsize(os.path.join(out, rel)) for rel in files)
+    return ExportResult(path=shown_as, step=ckpt.step, checkpoint=policy, run_dir=ckpt.run_dir, base_model=base_model,
+                        files=files, total_bytes=size, adapter=adapter, warnings=tuple(warnings))
+
+
+def _readme(meta: dict[str, Any], where: str) -> str:
+    what = f"step {meta['step']}" if meta["step"] is not None else "a checkpoint"
+    run = f" of run `{meta['run_id']}`" if meta["run_id"] else ""
+    lines = [
+        "---", "library_name: transformers", "tags: [skyrl-nb, reinforcement-learning]", "---", "",
+        f"# {meta['run_id'] or 'skyrl-nb model'} ({what})", "",
+        f"Exported by skyrl-nb from {what}{run} (`{meta['checkpoint']}`) on {meta['exported_at']}.",
+        f"Base model: `{meta['base_model']}`. Weights are float32, LoRA (if any) merged.", "",
+        "```python", f"from transformers import AutoModelForCausalLM, {meta['tokenizer_class']}", "",
+        f'model = AutoModelForCausalLM.from_pretrained("{where}")',
+        f'tokenizer = {meta["tokenizer_class"]}.from_pretrained("{where}")', "```", "",
+        f"Serve it with vLLM: `vllm serve {where}`.",
+    ]
+    if meta["adapter"]:
+        lines += ["", "`adapter/` holds the LoRA adapter alone (PEFT format), for serving the base model with it."]
+    if meta["warnings"]:
+        lines += ["", "Notes:", ""] + [f"- {w}" for w in meta["warnings"]]
+    return "\n".join(lines) + "\n"
+
+
+def _export_local(ckpt: _Checkpoint, dest: str) -> ExportResult:
+    """Build into a hidden sibling of ``dest`` and rename it into place."""
+    final = os.path.abspath(os.path.expanduser(dest))
+    if os.path.exists(final) and (not os.path.isdir(final) or os.listdir(final)):
+        raise ExportError(f"dest: {final} already exists and is not empty; give a new directory")
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(final)}.tmp-{uuid.uuid4().hex[:8]}")
+    os.mkdir(tmp)
+    try:
+        result = _build(ckpt, tmp, final)
+        if os.path.isdir(final):
+            os.rmdir(final)  # empty; fails (and keeps what is there) if something was written meanwhile
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result
+
+
+# -- s3 -----------------------------------------------------------------------------------------------------
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """``(bucket, prefix)`` of ``s3://bucket/prefix``; ExportError for anything else."""
+    bucket, _, prefix = url[len("s3://"):].partition("/") if url.startswith("s3://") else ("", "", "")
+    if not _BUCKET.match(bucket) or ".." in bucket:
+        raise ExportError(f"dest: {url!r} does not name an S3 bucket; give s3://bucket/prefix (bucket: 3-63 "
+                          "lowercase letters, digits, '.' and '-')")
+    prefix = prefix.strip("/")
+    if not prefix:
+        raise ExportError(f"dest: {url!r} has no prefix; give s3://{bucket}/<prefix> for the model's files")
+    return bucket, prefix
+
+
+def _s3_client(bucket: str, prefix: str) -> Any:
+    """An S3 client that can write under ``prefix`` of an existing ``bucket`` where nothing is yet."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    url = f"s3://{bucket}/{prefix}"
+    client = boto3.client("s3")
+    try:
+        client.head_bucket(Bucket=bucket)
+        listing = client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/", MaxKeys=1)
+    except NoCredentialsError:
+        raise ExportError(f"dest: {url}: no AWS credentials found (set AWS_PROFILE, or run where a role "
+                          "is attached)") from None
+    except ClientError as err:
+        code = str(err.response.get("Error", {}).get("Code", "error"))
+        why = {"404": "does not exist", "NoSuchBucket": "does not exist",
+               "403": "is not readable with these credentials"}.get(code, f"cannot be used ({code})")
+        raise ExportError(f"dest: {url}: bucket {bucket!r} {why}") from None
+    except BotoCoreError as err:
+        raise ExportError(f"dest: {url}: S3 cannot be reached ({type(err).__name__})") from None
+    if listing.get("KeyCount", 0):
+        raise ExportError(f"dest: {url}/ already holds objects; give a new prefix")
+    return client
+
+
+def _export_to_s3(ckpt: _Checkpoint, url: str) -> ExportResult:
+    bucket, prefix = parse_s3_url(url)
+    client = _s3_client(bucket, prefix)  # before building: a bad bucket fails in a second
+    shown = f"s3://{bucket}/{prefix}"
+    with tempfile.TemporaryDirectory(prefix="skyrl-export-") as tmp:
+        result = _build(ckpt, tmp, shown)
+        _upload(client, tmp, bucket, prefix, result.files)
+    return result
+
+
+def _upload(client: Any, folder: str, bucket: str, prefix: str, files: tuple[str, ...]) -> None:
+    from boto3.exceptions import S3UploadFailedError
+
+    for rel in files:
+        key = f"{prefix}/{rel}"
+        try:
+            client.upload_file(os.path.join(folder, rel), bucket, key)
+        except S3UploadFailedError as err:
+            raise RuntimeError(f"dest: upload of {rel} to s3://{bucket}/{key} failed: "
+                               f"{' '.join(str(err).split())}") from None
+
+
+def _size(n: float) -> str:
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB", "GB"):
+        n /= 1024
+        if n < 1024 or unit == "GB":
+            break
+    return f"{n:.1f} {unit}"
