@@ -79,6 +79,13 @@ class Strategy(StrEnum):
     FSDP2, DDP = "fsdp2", "ddp"
 
 
+class LoraInit(StrEnum):
+    """``trainer.policy.model.lora.init_method``: how PEFT initialises the adapter (``init_lora_weights``).
+    ``kaiming`` (SkyRL's default: A Kaiming-uniform, B zero) and ``gaussian`` (A normal) both start as
+    the base model exactly, since B is zero."""
+    KAIMING, GAUSSIAN = "kaiming", "gaussian"
+
+
 class Precision(StrEnum):
     """A dtype of ``fsdp_config.mixed_precision`` (SkyRL's names)."""
     BF16, FP16, FP32 = "bf16", "fp16", "fp32"

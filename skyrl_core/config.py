@@ -37,6 +37,7 @@ from skyrl_core.choices import (
     DynamicSampling,
     KLController,
     KLEstimator,
+    LoraInit,
     LossReduction,
     Precision,
     ResumeMode,
@@ -115,8 +116,27 @@ class DataConfig(_Section):
     val_data: list[str] = Field(default_factory=lambda: ["builtin://arithmetic/test"])
 
 
+class LoraConfig(_Section):
+    """SkyRL's ``model.lora``: low-rank adapters through PEFT instead of training every weight.
+
+    ``rank`` 0 (the default) trains the whole model. With ``rank > 0`` only the adapters train (AdamW state for
+    them alone), the torch generator receives only the adapter at each weight sync and merges it into its
+    own copy of the base model, a vLLM generator receives the merged weights, and checkpoints hold both the
+    PEFT adapter (``adapter_model.safetensors`` + ``adapter_config.json``) and the merged model.
+    """
+
+    rank: int = Field(0, ge=0, le=4096)
+    alpha: float = Field(16, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    # "all-linear" (SkyRL's default: every linear layer but the output head) or module names / a regex, as PEFT
+    target_modules: str | list[str] = "all-linear"
+    exclude_modules: str | list[str] | None = None
+    init_method: LoraInit = LoraInit.KAIMING
+
+
 class ModelConfig(_Section):
     path: str | None = None
+    lora: LoraConfig = Field(default_factory=LoraConfig)
 
 
 class OptimizerConfig(_Section):
@@ -872,11 +892,30 @@ def _allows_none(loc: tuple[Any, ...]) -> bool:
     return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
 
 
+def _error_fields(loc: tuple[Any, ...]) -> tuple[tuple[str, ...], bool]:
+    """The field names of a pydantic error location (list indices dropped) and whether it went on past a leaf
+    into a union's member (``str`` / ``list[str]`` of ``target_modules``): such a tag is not a key."""
+    model: Any = JobConfig
+    fields: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if model is None:
+            return tuple(fields), True
+        fields.append(str(part))
+        field = model.model_fields.get(part) if isinstance(model, type) else None
+        if field is None:
+            model = "unknown"  # not a field: keep the rest of the location as it is
+        elif isinstance(model, type):
+            model = _section_type(field.annotation) or _optional_section_type(field.annotation)
+    return tuple(fields), False
+
+
 def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
     """``(key, line)`` per key pydantic refused; a list's bad items share their key's line."""
     lines: dict[str, str] = {}
     for e in err.errors(include_url=False):
-        fields = tuple(p for p in e["loc"] if not isinstance(p, int))
+        fields, union_member = _error_fields(e["loc"])
         items = [p for p in e["loc"] if isinstance(p, int)]
         key = ".".join(str(p) for p in fields) or "config"
         value = e.get("input")
@@ -896,6 +935,8 @@ def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
         if key in lines:
             if items and line.startswith(f"{key}: item"):
                 lines[key] += "; " + line[len(key) + 2:]
+            elif union_member and "; it should be " in line:  # one line for every type the key takes
+                lines[key] += " or " + line.split("; it should be ", 1)[1]
             continue
         lines[key] = line
     return list(lines.items())
@@ -979,6 +1020,10 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozens
           "generator.n_samples_per_prompt", "trainer.strategy", "trainer.policy.fsdp_config",
           "trainer.critic.fsdp_config", "trainer.algorithm.advantage_estimator"),
          lambda: _rank_problems(cfg)),
+        (("trainer.policy.fsdp_config.wrap_policy",), lambda: _wrap_policy_problems("policy", t.policy.fsdp_config)),
+        (("trainer.critic.fsdp_config.wrap_policy",), lambda: _wrap_policy_problems("critic", t.critic.fsdp_config)),
+        (("trainer.policy.model.lora", "trainer.critic.model.lora", "trainer.placement",
+          "trainer.algorithm.advantage_estimator"), lambda: _lora_problems(cfg)),
         (("data.train_data",), lambda: _data_file_problems("train_data", cfg.data.train_data, check_files)),
         (("data.val_data",), lambda: _data_file_problems("val_data", cfg.data.val_data, check_files)),
         (("trainer.policy.model.path",),
@@ -1051,9 +1096,6 @@ def _rank_problems(cfg: JobConfig) -> list[str]:
         if fsdp.fsdp_size not in (-1, ranks):
             found.append(f"{key}.fsdp_size: {fsdp.fsdp_size} is not allowed (hybrid sharding is not built); "
                          f"allowed: -1 or {ranks} (every rank)")
-        if fsdp.wrap_policy:
-            found.append(f"{key}.wrap_policy: {fsdp.wrap_policy!r} is not allowed (each decoder layer is one FSDP2 "
-                         "unit); allowed: {}")
         sharded = ranks > 1 and t.strategy == Strategy.FSDP2
         wrap_keys = (("cpu_offload", fsdp.cpu_offload, False), ("mixed_precision", fsdp.mixed_precision, None))
         for name, value, default in wrap_keys if active else ():
@@ -1066,6 +1108,31 @@ def _rank_problems(cfg: JobConfig) -> list[str]:
         found.append(f"trainer.placement.critic_num_nodes × critic_num_gpus_per_node: {p.critic_num_nodes} × "
                      f"{p.critic_num_gpus_per_node} is not allowed; the critic's ranks share the policy's bundles, "
                      f"allowed: 1 × 1 or the policy's {p.policy_num_nodes} × {p.policy_num_gpus_per_node}")
+    return found
+
+
+def _wrap_policy_problems(role: str, fsdp: FSDPConfig) -> list[str]:
+    if not fsdp.wrap_policy:
+        return []
+    return [f"trainer.{role}.fsdp_config.wrap_policy: {fsdp.wrap_policy!r} is not allowed (each decoder layer is one "
+            "FSDP2 unit); allowed: {}"]
+
+
+def _lora_problems(cfg: JobConfig) -> list[str]:
+    """LoRA trains the policy on one worker: not the critic, not a policy on several ranks."""
+    t = cfg.trainer
+    lora = t.policy.model.lora
+    found = []
+    if lora.rank and policy_ranks(cfg) > 1:
+        found.append(f"trainer.policy.model.lora.rank: {lora.rank} with {policy_ranks(cfg)} policy ranks is not built "
+                     "(LoRA trains on one policy worker); allowed: 0, or trainer.placement.policy_num_nodes × "
+                     "policy_num_gpus_per_node = 1")
+    if lora.rank and isinstance(lora.target_modules, list) and not lora.target_modules:
+        found.append("trainer.policy.model.lora.target_modules: [] names no module; give module names such as "
+                     "[q_proj, v_proj] or 'all-linear'")
+    if t.critic.model.lora.rank and critic_ranks(cfg):
+        found.append(f"trainer.critic.model.lora.rank: {t.critic.model.lora.rank} is not built (LoRA trains the "
+                     "policy only); allowed: 0")
     return found
 
 

@@ -49,7 +49,10 @@ def _kind(key: str) -> str:
         model = model.model_fields[section].annotation
     annotation = model.model_fields[leaf].annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if str in members and any(typing.get_origin(a) is list for a in members):
+            return "str_or_list"  # lora.target_modules: a name, a regex or a list of names
+        annotation = members[0]
     if typing.get_origin(annotation) is list:
         return "floats" if "adam_betas" in key else "list"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
@@ -71,6 +74,7 @@ BAD_BY_KIND = {
     "floats": ["[0.9, 1.5]", "[.nan, .nan]", "[.inf, 0.9]", "[0.9]", "[true, 0.9]", "[-0.1, 0.9]", "abc",
                "[0.9, 0.999, 0.5]"],
     "str": ["5", "true", "[a, b]", "{a: 1}", "2.5"],
+    "str_or_list": ["5", "true", "{a: 1}", "2.5", "[5]", "[[a]]"],
     "section": ["5", "true", "abc", "[a]"],  # an optional section (fsdp_config.mixed_precision); a bad sub-key is its own key
     "dict": ["5", "abc", "[a]", "{a: 1}"],  # fsdp_config.wrap_policy: only {} is built
 }
