@@ -13,6 +13,15 @@ Writers append and flush per step and replace whole files atomically (temp file 
 tail by byte offset, ignore a torn last line and never hold the whole history in memory. pandas and
 pyarrow are imported only by the functions that need them.
 
+The run root may also be an object store (``s3://bucket/prefix``, any fsspec URL; ``skyrl_core.store``).
+Object stores have no append and no rename, so there the logs are rolled segments,
+``metrics.<generation>-<segment>.jsonl`` (and ``events.…``): the writer rewrites the open segment whole
+with each line (one PUT, atomic by itself) and starts the next one past ``SEGMENT_BYTES``; a resume's
+truncation writes the kept lines as the next generation, then deletes the old one. A reader lists the
+run folder once per refresh (one request: sizes and ETags of status.json and every segment), then reads
+only what grew, by byte range, and status.json only when its ETag changed: a few requests per refresh,
+however long the run.
+
 Readers survive damaged files (a disk that filled up, a copy cut short, a hand edit): a status.json
 that is not a JSON object shows the run as ``damaged``, a metrics or events line that is not a JSON
 object and a trajectory part that is not Parquet are skipped; each is reported once, as a line in
@@ -26,7 +35,6 @@ import json
 import math
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -37,6 +45,7 @@ import yaml
 
 from skyrl_core.choices import FINAL_STATES, RunState, values
 from skyrl_core.registry import shown
+from skyrl_core.store import Entry, LocalStore, Store, is_url, join, open_store, url_problem
 
 STATES = values(RunState)
 REWARD_KEY = "reward/avg_raw_reward"
@@ -77,19 +86,23 @@ def run_id_problem(run_id: object) -> str | None:
 def run_root_problem(run_root: object, *, key: str = "run.run_root", check_files: bool = True) -> str | None:
     """The one-line problem with a folder runs are written under, or None when launch can use it.
 
-    The rule for ``run.run_root`` (and ``trainer.ckpt_path``): text without NUL bytes, absolute once
-    ``~`` is expanded (the job runs in another working directory, maybe on another machine); with
-    ``check_files``, not a file, and its nearest existing folder one this process may write in (launch
-    writes the run's config and status there before submitting).
+    The rule for ``run.run_root`` (and ``trainer.ckpt_path``): text without NUL bytes, either an
+    object-store URL (``s3://bucket/prefix``: a scheme fsspec knows, with a bucket; with ``check_files``
+    its package importable here) or a path absolute once ``~`` is expanded (the job runs in another
+    working directory, maybe on another machine); with ``check_files``, not a file, and its nearest
+    existing folder one this process may write in (launch writes the run's config and status there
+    before submitting).
 
     >>> run_root_problem("runs")
-    "run.run_root: 'runs' must be an absolute path the cluster can see (e.g. ~/skyrl-runs)"
+    "run.run_root: 'runs' must be an absolute path the cluster can see (e.g. ~/skyrl-runs) or s3://bucket/prefix"
     """
-    rule = "must be an absolute path the cluster can see (e.g. ~/skyrl-runs)"
+    rule = "must be an absolute path the cluster can see (e.g. ~/skyrl-runs) or s3://bucket/prefix"
     if not isinstance(run_root, str) or not run_root.strip():
         return f"{key}: {shown(run_root)} is not allowed; it {rule}"
     if "\x00" in run_root:
         return f"{key}: {shown(run_root)} contains a NUL byte; it {rule}"
+    if is_url(run_root):
+        return url_problem(run_root, key, check_files=check_files)
     path = Path(os.path.expanduser(run_root))
     if not path.is_absolute():
         return f"{key}: {shown(run_root)} {rule}"
@@ -106,16 +119,15 @@ def run_root_problem(run_root: object, *, key: str = "run.run_root", check_files
     return None
 
 
+def run_dir_of(run_root: str, run_id: str) -> Path | str:
+    """``<run_root>/<run_id>``: a Path (``~`` expanded) for a local root, a URL string for an object store."""
+    return join(run_root, run_id)
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Replace ``path`` with ``text`` atomically (temp file in the same folder, fsync, rename)."""
     path = Path(path)
-    # pid and thread in the name: a heartbeat thread and the main loop may both write status.json
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    LocalStore(path.parent).put(path.name, text.encode())
     return path
 
 
@@ -158,11 +170,12 @@ def _json_object(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
-def _read_status(path: Path) -> tuple[dict[str, Any] | None, list[str]]:
+def _read_status(store: Store, data: bytes | None = None) -> tuple[dict[str, Any] | None, list[str]]:
     """``(status, problems)``: None when status.json is missing or damaged (problems say which); a field
-    holding the wrong kind of value is reset to its default, with a problem line."""
+    holding the wrong kind of value is reset to its default, with a problem line. ``data``: its bytes,
+    when the caller has them."""
     try:
-        raw, why = _json_object(path.read_bytes())
+        raw, why = _json_object(store.read("status.json") if data is None else data)
     except FileNotFoundError:
         return None, []
     except OSError as err:
@@ -197,28 +210,145 @@ def _clean_number(value: Any) -> Any:
     return value
 
 
+# ---------------------------------------------------------------------------------- logs
+#: An object-store log segment is closed once it holds this many bytes; the writer then starts the next.
+SEGMENT_BYTES = 256 * 1024
+_SEGMENT_RE = re.compile(r"^(metrics|events)\.(\d{4,})-(\d{6,})\.jsonl$")
+#: How long (s) the listing of an object-store run folder that ``poll()`` made answers the
+#: ``poll_events()`` and ``status()`` calls after it: one refresh of a dashboard (poll, poll_events,
+#: status) costs one LIST, not three. ``poll()`` itself always lists anew.
+LISTING_TTL_S = 0.2
+
+
+def segment_name(stem: str, generation: int, segment: int) -> str:
+    """An object-store log segment's name: ``metrics.0000-000003.jsonl``."""
+    return f"{stem}.{generation:04d}-{segment:06d}.jsonl"
+
+
+def _segments(listing: dict[str, Entry], stem: str) -> tuple[int | None, list[tuple[int, str, Entry]]]:
+    """``(newest generation, [(segment, name, entry), ...] of it in order)`` from a run folder's listing."""
+    found: dict[int, list[tuple[int, str, Entry]]] = {}
+    for name, entry in listing.items():
+        m = _SEGMENT_RE.match(name)
+        if m and m.group(1) == stem:
+            found.setdefault(int(m.group(2)), []).append((int(m.group(3)), name, entry))
+    if not found:
+        return None, []
+    newest = max(found)
+    return newest, sorted(found[newest])
+
+
+class _FileLog:
+    """A log on a local disk: one JSONL file, appended to and flushed line by line."""
+
+    def __init__(self, store: LocalStore, stem: str):
+        self.store, self.name = store, f"{stem}.jsonl"
+
+    def append(self, data: bytes) -> None:
+        self.store.append(self.name, data)
+
+    def read_all(self) -> bytes:
+        return self.store.read(self.name)
+
+    def rewrite(self, data: bytes) -> None:
+        self.store.put(self.name, data)
+
+    def delete(self) -> None:
+        self.store.delete(self.name)
+
+
+class _SegmentLog:
+    """A log on an object store (no appends there): rolled segments, each rewritten whole per line."""
+
+    def __init__(self, store: Store, stem: str):
+        self.store, self.stem = store, stem
+        self._loaded = False
+        self.generation, self.segment, self.buffer = 0, 0, b""
+
+    def _load(self) -> None:
+        """Continue where a previous writer of this run stopped (a resume): its newest segment."""
+        if self._loaded:
+            return
+        self._loaded = True
+        generation, segments = _segments(self.store.list(), self.stem)
+        if generation is None:
+            return
+        self.generation = generation
+        self.segment, name, _ = segments[-1]
+        self.buffer = self.store.read(name)
+        if len(self.buffer) >= SEGMENT_BYTES:
+            self.segment, self.buffer = self.segment + 1, b""
+
+    def append(self, data: bytes) -> None:
+        self._load()
+        self.buffer += data
+        self.store.put(segment_name(self.stem, self.generation, self.segment), self.buffer)
+        if len(self.buffer) >= SEGMENT_BYTES:
+            self.segment, self.buffer = self.segment + 1, b""
+
+    def read_all(self) -> bytes:
+        _, segments = _segments(self.store.list(), self.stem)
+        if not segments:
+            raise FileNotFoundError(f"{self.store.path(self.stem)}.*.jsonl")
+        return b"".join(self.store.read(name) for _, name, _ in segments)
+
+    def rewrite(self, data: bytes) -> None:
+        """Write ``data`` as the next generation, then delete the older ones (readers follow the newest)."""
+        self._load()
+        old = [n for n in self.store.list() if (m := _SEGMENT_RE.match(n)) and m.group(1) == self.stem]
+        self.generation, self.segment, self.buffer = self.generation + 1, 0, b""
+        lines = data.splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            self.buffer += line
+            if len(self.buffer) >= SEGMENT_BYTES or i == len(lines) - 1:
+                self.store.put(segment_name(self.stem, self.generation, self.segment), self.buffer)
+                if len(self.buffer) >= SEGMENT_BYTES:
+                    self.segment, self.buffer = self.segment + 1, b""
+        for name in old:
+            self.store.delete(name)
+
+    def delete(self) -> None:
+        for name in self.store.list():
+            m = _SEGMENT_RE.match(name)
+            if m and m.group(1) == self.stem:
+                self.store.delete(name)
+        self.generation, self.segment, self.buffer, self._loaded = 0, 0, b"", True
+
+
+def _log(store: Store, stem: str) -> _FileLog | _SegmentLog:
+    return _FileLog(store, stem) if isinstance(store, LocalStore) else _SegmentLog(store, stem)
+
+
 # ---------------------------------------------------------------------------------- writer
 class RunWriter:
-    """Writes one run directory. Used by the engine; safe to re-open when a run resumes."""
+    """Writes one run directory (a local folder or an object-store URL). Used by the engine; safe to
+    re-open when a run resumes."""
 
     def __init__(self, run_dir: str | os.PathLike[str]):
-        self.run_dir = Path(run_dir).expanduser()
-        self.trajectory_dir = self.run_dir / "trajectories"
-        self.trajectory_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "checkpoints").mkdir(exist_ok=True)
-        status, problems = _read_status(self.run_dir / "status.json")
+        self.store = open_store(run_dir)
+        #: the run directory: a Path on a local disk, a URL string on an object store
+        self.run_dir: Path | str = self.store.root
+        self.trajectory_dir = join(self.run_dir, "trajectories")
+        if isinstance(self.store, LocalStore):
+            self.store.path("trajectories").mkdir(parents=True, exist_ok=True)
+            self.store.path("checkpoints").mkdir(exist_ok=True)
+        self._logs = {stem: _log(self.store, stem) for stem in ("metrics", "events")}
+        status, problems = _read_status(self.store)
         self._status: dict[str, Any] = status or _new_status()
         #: what was wrong with the files found here (also logged as ``warning`` events)
         self.warnings: list[str] = []
         for problem in problems:
             self._warn(problem + ("" if status else "; starting a fresh status"))
 
-    def write_config(self, config: Any) -> Path:
+    def write_config(self, config: Any) -> str | Path:
         """Save the resolved config (a JobConfig or a plain dict) as config.yaml."""
         data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-        path = self.run_dir / "config.yaml"
-        atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
-        return path
+        return self.put_file("config.yaml", yaml.safe_dump(data, sort_keys=False).encode())
+
+    def put_file(self, name: str, data: bytes) -> str | Path:
+        """Write ``<run_dir>/<name>`` whole, atomically (e.g. ``tokenizer/tokenizer.json``); returns where."""
+        self.store.put(name, data)
+        return self.store.path(name)
 
     def set_status(self, state: str | None = None, **fields: Any) -> dict[str, Any]:
         """Update status.json (atomic rewrite); the heartbeat is always refreshed."""
@@ -239,15 +369,16 @@ class RunWriter:
             raise ValueError(f"status field(s) {sorted(unknown)} are not allowed; allowed: step, total_steps, error, pid")
         self._status.update(fields)
         self._status["heartbeat"] = time.time()
-        atomic_write_text(self.run_dir / "status.json", json.dumps(self._status))
+        self.store.put("status.json", json.dumps(self._status).encode())
         return dict(self._status)
 
     def reset(self) -> None:
         """Start the run over: forget metrics, events, trajectories and status (checkpoints are kept)."""
-        for name in ("metrics.jsonl", "events.jsonl", "status.json"):
-            (self.run_dir / name).unlink(missing_ok=True)
-        for part in self.trajectory_dir.iterdir():
-            part.unlink(missing_ok=True)
+        for log in self._logs.values():
+            log.delete()
+        self.store.delete("status.json")
+        for name in self.store.list("trajectories"):
+            self.store.delete(f"trajectories/{name}")
         self._status = _new_status()
 
     def heartbeat(self) -> None:
@@ -257,23 +388,28 @@ class RunWriter:
         """Append one line for ``step`` (counted from 1) to metrics.jsonl and flush it."""
         row = {"step": int(step), "time": time.time()}
         row.update({k: _clean_number(v) for k, v in metrics.items() if k not in ("step", "time")})
-        self._append(self.run_dir / "metrics.jsonl", row)
+        self._append("metrics", row)
 
     def log_event(self, kind: str, **data: Any) -> None:
         """Append a lifecycle event (started, checkpoint_saved, eval, warning, error, ...)."""
-        self._append(self.run_dir / "events.jsonl", {"time": time.time(), "kind": kind, **data})
+        self._append("events", {"time": time.time(), "kind": kind, **data})
 
-    def write_trajectories(self, step: int, rows: list[dict[str, Any]] | Any) -> Path:
+    def write_trajectories(self, step: int, rows: list[dict[str, Any]] | Any) -> str | Path:
         """Write one Parquet part for ``step`` atomically; rows is a list of dicts or a pyarrow Table."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
-        path = self.trajectory_dir / part_name(step)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-        return path
+        name = f"trajectories/{part_name(step)}"
+        if isinstance(self.store, LocalStore):
+            path = self.store.path(name)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            pq.write_table(table, tmp, compression="zstd")
+            os.replace(tmp, path)
+            return path
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        return self.put_file(name, sink.getvalue().to_pybytes())
 
     def truncate_after(self, step: int) -> None:
         """Forget everything logged after ``step``: used when a run resumes from a checkpoint.
@@ -283,10 +419,9 @@ class RunWriter:
         the drop is logged as a ``warning`` event.
         """
         dropped = []
-        for name in ("metrics.jsonl", "events.jsonl"):
-            path = self.run_dir / name
+        for stem, log in self._logs.items():
             try:
-                lines = path.read_bytes().split(b"\n")
+                lines = log.read_all().split(b"\n")
             except FileNotFoundError:
                 continue
             kept, bad = [], 0
@@ -296,17 +431,17 @@ class RunWriter:
                 row, _why = _json_object(line)
                 # events without a step (started, error, ...) are history worth keeping; a metric row needs one
                 row_step = None if row is None else row.get("step")
-                if row is None or (name == "metrics.jsonl" and not _is_count(row_step)):
+                if row is None or (stem == "metrics" and not _is_count(row_step)):
                     bad += 1
                 elif not _is_count(row_step) or row_step <= step:
-                    kept.append(line.decode("utf-8") + "\n")
-            atomic_write_text(path, "".join(kept))
+                    kept.append(line + b"\n")
+            log.rewrite(b"".join(kept))
             if bad:
-                dropped.append(f"{name}: {bad} damaged line(s) dropped by the resume")
-        for part in self.trajectory_dir.iterdir():
-            part_of = part_step(part.name)
-            if (part_of is not None and part_of > step) or part.name.endswith(".tmp"):
-                part.unlink(missing_ok=True)
+                dropped.append(f"{stem}.jsonl: {bad} damaged line(s) dropped by the resume")
+        for name in self.store.list("trajectories"):
+            part_of = part_step(name)
+            if (part_of is not None and part_of > step) or name.endswith(".tmp"):
+                self.store.delete(f"trajectories/{name}")
         self._status["step"] = step
         for problem in dropped:
             self._warn(problem)
@@ -315,33 +450,57 @@ class RunWriter:
         self.warnings.append(message)
         self.log_event("warning", message=message)
 
-    def _append(self, path: Path, row: dict[str, Any]) -> None:
-        line = json.dumps(row, default=_json_default)
-        with path.open("a") as f:
-            f.write(line + "\n")
-            f.flush()
+    def _append(self, stem: str, row: dict[str, Any]) -> None:
+        self._logs[stem].append((json.dumps(row, default=_json_default) + "\n").encode())
 
 
 # ---------------------------------------------------------------------------------- reader
-class _Tail:
-    """Reads complete new lines of a growing JSONL file from a remembered byte offset.
+class _LineReader:
+    """Turns complete JSONL lines into rows: a line that is not a JSON object (or, with ``need_step``, has
+    no step) is skipped and reported through ``warn``; a row already returned, known by its
+    ``(step, time)``, is not returned again (after a resume rewrote the log, it is read from the start)."""
 
-    A line that is not a JSON object (or, with ``need_step``, has no step) is skipped and reported
-    through ``warn``. A rewrite (a resume's ``truncate_after``: a new inode or a shorter file) is read
-    again from the start, skipping rows already returned, known by their ``(step, time)``: a kept row
-    is never returned twice. Rows a resume writes for steps returned before are new data (the steps
-    were trained again) and are returned; readers let a step's later row replace its earlier one, as
-    ``skyrl_nb.dashboard.RunSeries`` does.
-    """
-
-    def __init__(self, path: Path, warn: Callable[[str], None], *, need_step: bool = False):
-        self.path = path
-        self.offset = 0
-        self._inode: int | None = None
+    def __init__(self, name: str, warn: Callable[[str], None], need_step: bool):
+        self.name = name
         self._line = 0  # lines read so far, for messages
         self._returned: set[tuple[Any, float]] = set()
         self._warn = warn
         self._need_step = need_step
+
+    def _rows(self, chunk: bytes) -> list[dict[str, Any]]:
+        rows = []
+        for line in chunk.split(b"\n"):
+            self._line += 1
+            if not line.strip():
+                continue
+            row, why = _json_object(line)
+            if row is None or (self._need_step and not _is_count(row.get("step"))):
+                why = why or f"has no step ({shown(row.get('step') if row else None)})"
+                self._warn(f"{self.name} line {self._line} {why}; skipped")
+                continue
+            step, stamp = row.get("step"), row.get("time")
+            if _is_number(stamp) and (step is None or _is_count(step)):
+                if (step, stamp) in self._returned:
+                    continue
+                self._returned.add((step, stamp))
+            rows.append(row)
+        return rows
+
+
+class _Tail(_LineReader):
+    """Reads complete new lines of a growing local JSONL file from a remembered byte offset.
+
+    A rewrite (a resume's ``truncate_after``: a new inode or a shorter file) is read again from the
+    start, skipping rows already returned: a kept row is never returned twice. Rows a resume writes for
+    steps returned before are new data (the steps were trained again) and are returned; readers let a
+    step's later row replace its earlier one, as ``skyrl_nb.dashboard.RunSeries`` does.
+    """
+
+    def __init__(self, path: Path, warn: Callable[[str], None], *, need_step: bool = False):
+        super().__init__(path.name, warn, need_step)
+        self.path = path
+        self.offset = 0
+        self._inode: int | None = None
 
     def read_new(self) -> list[dict[str, Any]]:
         try:
@@ -363,43 +522,101 @@ class _Tail:
         if end < 0:
             return []  # only a torn (still being written) line so far
         self.offset += end + 1
-        rows = []
-        for line in chunk[:end].split(b"\n"):
-            self._line += 1
-            if not line.strip():
-                continue
-            row, why = _json_object(line)
-            if row is None or (self._need_step and not _is_count(row.get("step"))):
-                why = why or f"has no step ({shown(row.get('step') if row else None)})"
-                self._warn(f"{self.path.name} line {self._line} {why}; skipped")
-                continue
-            step, stamp = row.get("step"), row.get("time")
-            if _is_number(stamp) and (step is None or _is_count(step)):
-                if (step, stamp) in self._returned:
+        return self._rows(chunk[:end])
+
+
+class _SegmentTail(_LineReader):
+    """Reads new lines of an object-store log (``_SegmentLog``) by byte range, guided by one listing.
+
+    Only segments that grew since the last read are fetched, from the remembered offset; a newer
+    generation (a resume rewrote the log) is read from its start, skipping rows already returned.
+    """
+
+    def __init__(self, store: Store, stem: str, listing: Callable[[], dict[str, Entry]],
+                 warn: Callable[[str], None], *, need_step: bool = False):
+        super().__init__(f"{stem}.jsonl", warn, need_step)
+        self.store, self.stem, self._listing = store, stem, listing
+        self.generation: int | None = None
+        self.segment, self.offset = 0, 0
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            generation, segments = _segments(self._listing(), self.stem)
+            if generation is None:
+                return []
+            if self.generation is not None and generation != self.generation:
+                self.segment, self.offset, self._line = 0, 0, 0
+            self.generation = generation
+            rows: list[dict[str, Any]] = []
+            for segment, name, entry in segments:
+                if segment < self.segment:
                     continue
-                self._returned.add((step, stamp))
-            rows.append(row)
-        return rows
+                if segment > self.segment:
+                    self.segment, self.offset = segment, 0
+                if entry.size <= self.offset:
+                    continue
+                chunk = self.store.read_range(name, self.offset, entry.size)
+                end = chunk.rfind(b"\n")
+                if end >= 0:
+                    self.offset += end + 1
+                    rows.extend(self._rows(chunk[:end]))
+            return rows
+        except FileNotFoundError:  # a segment deleted between the listing and the read: next time
+            return []
+        except OSError as err:
+            self._warn(f"{self.name} cannot be read ({err}); skipped")
+            return []
 
 
 class RunReader:
-    """Reads one run directory, incrementally. ``poll()`` returns only rows written since the last call.
+    """Reads one run directory (a local folder or an object-store URL), incrementally. ``poll()``
+    returns only rows written since the last call.
 
     Damaged files never raise: what was skipped is in ``warnings``, one line each, reported once.
 
     >>> run = RunReader("~/skyrl-runs/my-run")      # doctest: +SKIP
+    >>> run = RunReader("s3://my-bucket/skyrl-runs/my-run")      # doctest: +SKIP
     >>> run.status()["state"], len(run.metrics())    # doctest: +SKIP
     """
 
     def __init__(self, run_dir: str | os.PathLike[str]):
-        self.run_dir = Path(run_dir).expanduser()
+        self.store = open_store(run_dir)
+        #: the run directory: a Path on a local disk, a URL string on an object store
+        self.run_dir: Path | str = self.store.root
         #: one line per damaged file or line skipped so far (``status.json is not JSON; ...``)
         self.warnings: list[str] = []
-        self._metrics_tail = self._tail("metrics.jsonl")
-        self._events_tail = self._tail("events.jsonl")
+        self._listed: tuple[float, dict[str, Entry]] | None = None
+        self._status_bytes: tuple[str, bytes] | None = None
+        self._metrics_tail = self._tail("metrics")
+        self._events_tail = self._tail("events")
 
-    def _tail(self, name: str) -> _Tail:
-        return _Tail(self.run_dir / name, self._warn, need_step=name == "metrics.jsonl")
+    def _tail(self, stem: str, fresh: bool = False) -> _Tail | _SegmentTail:
+        need_step = stem == "metrics"
+        if isinstance(self.store, LocalStore):
+            return _Tail(self.store.path(f"{stem}.jsonl"), self._warn, need_step=need_step)
+        listing = (lambda: self._listing(fresh=True)) if fresh or need_step else self._listing
+        return _SegmentTail(self.store, stem, listing, self._warn, need_step=need_step)
+
+    def _listing(self, fresh: bool = False) -> dict[str, Entry]:
+        """The run folder's files (object stores): one LIST, reused for ``LISTING_TTL_S``."""
+        now = time.monotonic()
+        if fresh or self._listed is None or now - self._listed[0] > LISTING_TTL_S:
+            self._listed = (now, self.store.list())
+        return self._listed[1]
+
+    def _read(self, name: str) -> bytes:
+        """A top-level file's bytes; on an object store status.json is fetched only when its ETag changed."""
+        if isinstance(self.store, LocalStore):
+            return self.store.read(name)
+        entry = self._listing().get(name)
+        if entry is None:
+            raise FileNotFoundError(self.store.path(name))
+        if name == "status.json" and self._status_bytes and self._status_bytes[0] == entry.tag:
+            return self._status_bytes[1]
+        data = self.store.read(name)
+        if name == "status.json":
+            self._status_bytes = (entry.tag, data)
+        return data
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -407,16 +624,23 @@ class RunReader:
 
     @property
     def run_id(self) -> str:
-        return self.run_dir.name
+        return str(self.run_dir).rstrip("/").replace("\\", "/").rpartition("/")[2]
+
+    @property
+    def local(self) -> bool:
+        """Whether the run directory is on this machine's disk (else an object store)."""
+        return isinstance(self.store, LocalStore)
 
     def exists(self) -> bool:
-        return (self.run_dir / "status.json").exists() or (self.run_dir / "config.yaml").exists()
+        if isinstance(self.store, LocalStore):
+            return self.store.exists("status.json") or self.store.exists("config.yaml")
+        listing = self._listing(fresh=True)
+        return "status.json" in listing or "config.yaml" in listing
 
     def config(self) -> dict[str, Any]:
         """config.yaml as a dict; ``{}`` (and a warning) when it is missing or damaged."""
-        path = self.run_dir / "config.yaml"
         try:
-            data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+            data = yaml.safe_load(self._read("config.yaml").decode("utf-8"))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, yaml.YAMLError, RecursionError) as err:
@@ -432,7 +656,13 @@ class RunReader:
 
         A status.json that cannot be read gives state ``damaged`` (``DAMAGED``); ``warnings`` says why.
         """
-        status, problems = _read_status(self.run_dir / "status.json")
+        try:
+            data: bytes | None = self._read("status.json")
+            status, problems = _read_status(self.store, data)
+        except FileNotFoundError:
+            status, problems = None, []
+        except OSError as err:
+            status, problems = None, [f"status.json cannot be read ({err.strerror or err})"]
         for problem in problems:
             self._warn(problem + ("; skipped" if status else f"; the run is shown as {DAMAGED}"))
         if status is None:
@@ -455,11 +685,28 @@ class RunReader:
         return self._events_tail.read_new()
 
     def metrics(self) -> list[dict[str, Any]]:
-        """Every metric row, re-read from disk."""
-        return self._tail("metrics.jsonl").read_new()
+        """Every metric row, re-read."""
+        return self._tail("metrics", fresh=True).read_new()
 
     def events(self) -> list[dict[str, Any]]:
-        return self._tail("events.jsonl").read_new()
+        return self._tail("events", fresh=True).read_new()
+
+    def last_metrics(self) -> dict[str, Any]:
+        """The newest metric row ({} when there is none); on an object store only the last segment is read."""
+        if isinstance(self.store, LocalStore):
+            rows = self.metrics()
+            return rows[-1] if rows else {}
+        _, segments = _segments(self._listing(fresh=True), "metrics")
+        for _, name, entry in reversed(segments):
+            if entry.size:
+                tail = _LineReader(name, self._warn, need_step=True)
+                try:
+                    rows = tail._rows(self.store.read(name).rstrip(b"\n"))
+                except FileNotFoundError:
+                    return {}
+                if rows:
+                    return rows[-1]
+        return {}
 
     def metrics_frame(self):
         """All metric rows as a pandas DataFrame indexed by step."""
@@ -470,13 +717,14 @@ class RunReader:
 
     def trajectory_steps(self) -> list[int]:
         """Steps that have a complete trajectory part, in order."""
-        folder = self.run_dir / "trajectories"
-        if not folder.is_dir():
-            return []
-        return sorted(step for p in os.scandir(folder) if (step := part_step(p.name)) is not None)
+        return sorted(step for name in self.store.list("trajectories") if (step := part_step(name)) is not None)
 
-    def trajectory_path(self, step: int) -> Path:
-        return self.run_dir / "trajectories" / part_name(step)
+    def trajectory_path(self, step: int) -> Path | str:
+        return self.store.path(f"trajectories/{part_name(step)}")
+
+    def read_file(self, name: str) -> bytes:
+        """The bytes of ``<run_dir>/<name>`` (e.g. ``tokenizer/tokenizer.json``); FileNotFoundError if missing."""
+        return self.store.read(name)
 
     def trajectories(self, step: int, columns: Iterable[str] | None = None):
         """The rows of one step's part as a DataFrame (only ``columns`` when given).
@@ -485,21 +733,18 @@ class RunReader:
         """
         import pandas as pd
 
-        path = self.trajectory_path(step)
-        if not path.exists():
-            raise FileNotFoundError(f"step {step}: no trajectory part at {path}; "
-                                    f"steps with parts: {_span(self.trajectory_steps())}")
         try:
-            return read_part(path, columns).to_pandas()
+            return read_run_part(self.store, step, columns).to_pandas()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"step {step}: no trajectory part at {self.trajectory_path(step)}; "
+                                    f"steps with parts: {_span(self.trajectory_steps())}") from None
         except DamagedFile as err:
             self._warn(f"{err}; skipped")
             return pd.DataFrame()
 
     def summary(self) -> RunSummary:
         status = self.status()
-        last: dict[str, Any] = {}
-        for row in self.metrics()[-1:]:
-            last = row
+        last = self.last_metrics()
         reward = last.get(REWARD_KEY)
         return RunSummary(
             run_id=self.run_id,
@@ -536,8 +781,18 @@ class RunReader:
         return self.summary()._repr_html_()
 
 
-def read_part(path: str | os.PathLike[str], columns: Iterable[str] | None = None):
-    """One trajectory part as a pyarrow Table, with only those of ``columns`` it has (all when None).
+def read_run_part(store: Store, step: int, columns: Iterable[str] | None = None):
+    """Step ``step``'s trajectory part of the run in ``store`` as a pyarrow Table (see :func:`read_part`)."""
+    name = f"trajectories/{part_name(step)}"
+    if isinstance(store, LocalStore):
+        return read_part(store.path(name), columns)
+    return read_part(store.read(name), columns, name=part_name(step))
+
+
+def read_part(source: str | os.PathLike[str] | bytes, columns: Iterable[str] | None = None, *,
+              name: str | None = None):
+    """One trajectory part (a file path, or its bytes read from an object store) as a pyarrow Table,
+    with only those of ``columns`` it has (all when None).
 
     FileNotFoundError when it is missing; :class:`DamagedFile` (one line naming it) when it is not a
     readable Parquet file (0 bytes, cut short, overwritten).
@@ -545,16 +800,21 @@ def read_part(path: str | os.PathLike[str], columns: Iterable[str] | None = None
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(path)
+    if isinstance(source, bytes):
+        where: Any = pa.BufferReader(source)
+        name = name or "part"
+    else:
+        where = Path(source)
+        name = name or where.name
     try:
-        part = pq.ParquetFile(path)
+        part = pq.ParquetFile(where)
         names = part.schema_arrow.names
         return part.read(columns=None if columns is None else [c for c in columns if c in names])
     except FileNotFoundError:
         raise
     except (OSError, ValueError, pa.ArrowException) as err:
         reason = " ".join(str(err).split())[:100] or type(err).__name__
-        raise DamagedFile(f"trajectories/{path.name} is not a readable Parquet file ({reason})") from None
+        raise DamagedFile(f"trajectories/{name} is not a readable Parquet file ({reason})") from None
 
 
 @dataclass(frozen=True)
@@ -621,13 +881,12 @@ open = open_run  # noqa: A001
 def list_runs(run_root: str | os.PathLike[str] = "~/skyrl-runs") -> RunList:
     """Every run under ``run_root``, newest first, with state, steps and last reward.
 
-    A run with damaged files is listed with what could be read: state ``damaged`` when its status.json
+    ``run_root`` is a local folder or an object-store URL (``s3://bucket/prefix``). A run with damaged
+    files is listed with what could be read: state ``damaged`` when its status.json
     cannot be read, and what was skipped in its ``warnings``.
     """
-    root = Path(run_root).expanduser()
-    if not root.is_dir():
-        return RunList()
-    readers = [RunReader(p) for p in root.iterdir() if p.is_dir()]
+    store = open_store(run_root)
+    readers = [RunReader(join(store.root, name)) for name in store.folders()]
     summaries = [r.summary() for r in readers if r.exists()]
     summaries.sort(key=lambda s: s.started_at or 0, reverse=True)
     return RunList(summaries)

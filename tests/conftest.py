@@ -78,3 +78,26 @@ def smollm2_dir(private_model_cache) -> str:
     from skyrl_engine.models import resolve_model_path
 
     return resolve_model_path("builtin://smollm2-135m-instruct", None, 0)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """One local S3 API for the session: moto in server mode on 127.0.0.1 (its own process), with a bucket.
+    Use ``s3`` in a test: it points boto3 / s3fs at this server for that test only."""
+    pytest.importorskip("s3fs")
+    from s3_server import moto_s3
+
+    with moto_s3() as server:
+        yield server
+
+
+@pytest.fixture()
+def s3(s3_server, monkeypatch):
+    """The session's local S3 server (``s3_server.S3Server``), with this test's environment pointing at it."""
+    import s3fs
+
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()  # a client made before holds another endpoint
+    yield s3_server
+    s3fs.S3FileSystem.clear_instance_cache()

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyrl_core.runs import DamagedFile, part_name, part_step, read_part
+from skyrl_core.runs import DamagedFile, part_name, part_step, read_run_part
+from skyrl_core.store import Store, open_store
 
 #: Columns the group view reads; anything else in a part is left on disk.
 VIEW_COLUMNS = (
@@ -151,6 +152,46 @@ class PartIndex:
         return result
 
 
+class StorePartIndex:
+    """Steps -> part files of a run on an object store, kept current with one LIST request per refresh.
+
+    Parts appear in step order, so a refresh lists only the names after the newest known part (S3's
+    ``StartAfter``). A resume that removed or rewrote parts is seen by a ``full`` scan, which the
+    inspector asks for when the run's state changes (a resumed run goes from stopped to running).
+    """
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.dir = store.path("trajectories")
+        self._tags: dict[int, str] = {}
+        self.steps: list[int] = []
+        self.full_scans = 0
+
+    def path(self, step: int) -> str:
+        return self.store.path(f"trajectories/{part_name(step)}")
+
+    def __contains__(self, step: int) -> bool:
+        return step in self._tags
+
+    def scan(self, full: bool = False) -> ScanResult:
+        if full or not self.steps:
+            self.full_scans += 1
+            seen = {step: e.tag for n, e in self.store.list("trajectories").items()
+                    if (step := part_step(n)) is not None}
+            old = self._tags
+            result = ScanResult(added=sorted(s for s in seen if s not in old),
+                                changed=sorted(s for s, tag in seen.items() if s in old and old[s] != tag),
+                                removed=sorted(s for s in old if s not in seen))
+            self._tags, self.steps = seen, sorted(seen)
+            return result
+        new = {step: e.tag for n, e in self.store.list_after("trajectories", part_name(self.steps[-1])).items()
+               if (step := part_step(n)) is not None}
+        self._tags.update(new)
+        added = sorted(new)
+        self.steps.extend(added)
+        return ScanResult(added=added, only_appended=True)
+
+
 def finite(value: Any) -> float | None:
     """A run-store value (metric, reward, ...) as a finite float; None when missing, NaN/inf or not a number.
 
@@ -187,8 +228,9 @@ class TokenText:
     installed); a character-level match with the response; else ``⟨id⟩``.
     """
 
-    def __init__(self, run_dir: Path, config: dict[str, Any]):
+    def __init__(self, run_dir: Path | str, config: dict[str, Any], store: Store | None = None):
         self._run_dir = run_dir
+        self._store = store if store is not None else open_store(run_dir)
         self._config = config
         self._tokenizer: Any = None
         self._looked = False
@@ -198,18 +240,21 @@ class TokenText:
             return self._tokenizer
         self._looked = True
         model = (((self._config.get("trainer") or {}).get("policy") or {}).get("model") or {}).get("path")
-        candidates = [self._run_dir / "tokenizer" / "tokenizer.json"]
+        candidates: list[tuple[Store, str]] = [(self._store, "tokenizer/tokenizer.json")]
         if model and "://" not in str(model):
-            candidates.append(Path(str(model)).expanduser() / "tokenizer.json")
-        for path in candidates:
-            if path.is_file():
-                try:
-                    from tokenizers import Tokenizer
+            candidates.append((open_store(Path(str(model)).expanduser()), "tokenizer.json"))
+        for store, name in candidates:
+            try:
+                text = store.read(name).decode("utf-8")
+            except (OSError, ValueError):
+                continue
+            try:
+                from tokenizers import Tokenizer
 
-                    self._tokenizer = Tokenizer.from_file(str(path))
-                    break
-                except Exception:  # a missing package or a tokenizer file we cannot read: fall back
-                    self._tokenizer = None
+                self._tokenizer = Tokenizer.from_str(text)
+                break
+            except Exception:  # a missing package or a tokenizer file we cannot read: fall back
+                self._tokenizer = None
         return self._tokenizer
 
     def texts(self, row: dict[str, Any], n: int) -> list[str]:
@@ -242,9 +287,11 @@ class TrajectoryData:
         # thread's import of pandas / pyarrow and see a partially initialised module
         import pyarrow.parquet  # noqa: F401
 
-        self.run_dir = Path(run_dir).expanduser()
-        self.index = PartIndex(self.run_dir / "trajectories")
-        self.tokens = TokenText(self.run_dir, config or {})
+        self.store = open_store(run_dir)
+        self.run_dir = self.store.root
+        self.index: PartIndex | StorePartIndex = (PartIndex(self.store.path("trajectories")) if self.store.local
+                                                  else StorePartIndex(self.store))
+        self.tokens = TokenText(self.run_dir, config or {}, self.store)
         self._cache: OrderedDict[int, list[dict[str, Any]]] = OrderedDict()
         self._cache_steps = cache_steps
         self._lock = threading.RLock()
@@ -291,12 +338,13 @@ class TrajectoryData:
             if step in self._cache:
                 self._cache.move_to_end(step)
                 return self._cache[step]
-            path = self.index.path(step)
-            if step not in self.index or not path.exists():
-                raise KeyError(f"step {step}: no trajectory part in {self.index.dir}; "
-                               f"steps: {_span(self.steps)}")
+            missing = KeyError(f"step {step}: no trajectory part in {self.index.dir}; steps: {_span(self.steps)}")
+            if step not in self.index:
+                raise missing
             try:
-                rows = read_part(path, VIEW_COLUMNS).to_pylist()
+                rows = read_run_part(self.store, step, VIEW_COLUMNS).to_pylist()
+            except FileNotFoundError:
+                raise missing from None
             except DamagedFile as err:
                 self._skip(err)
                 rows = []
@@ -468,13 +516,15 @@ class TrajectoryData:
             batch, todo = todo[:chunk], todo[chunk:]
             paths = [str(self.index.path(s)) for s in batch]
             try:  # outside the lock: the view stays responsive while we read
+                if not self.store.local:
+                    raise OSError("an object store: read part by part")
                 cols = ds.dataset(paths, format="parquet").to_table(columns=["step", "prompt", "reward"]).to_pydict()
                 steps, prompts, rewards = cols["step"], cols["prompt"], cols["reward"]
             except Exception:  # a part without a step column, or one removed under us: go one by one
                 steps, prompts, rewards = [], [], []
                 for s in batch:
                     try:
-                        part = read_part(self.index.path(s), ("prompt", "reward")).to_pydict()
+                        part = read_run_part(self.store, s, ("prompt", "reward")).to_pydict()
                     except (FileNotFoundError, OSError):
                         continue
                     except DamagedFile as err:

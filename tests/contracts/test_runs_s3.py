@@ -1,0 +1,183 @@
+"""The run store on an object store (``run.run_root=s3://...``), against a real S3 API (moto's server).
+
+The same contract as on a local disk (tests/contracts/test_runs.py): incremental polls, a resume's
+truncation read without duplicates, list_runs, damaged files skipped; plus what object storage adds:
+no appends (logs are rolled segments rewritten whole), and a bounded number of requests per refresh,
+counted at the server.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from skyrl_core import runs
+from skyrl_core.runs import RunReader, RunWriter, list_runs, run_root_problem
+
+
+def _root(s3: Any) -> str:
+    return f"s3://{s3.bucket}/runs-{uuid.uuid4().hex[:8]}"
+
+
+def _write_steps(writer: RunWriter, first: int, last: int) -> None:
+    for step in range(first, last + 1):
+        writer.log_metrics(step, {"reward/avg_raw_reward": step / 100, "timing/step": 0.1})
+        writer.set_status("running", step=step)
+
+
+def test_roundtrip_poll_and_parts(s3: Any) -> None:
+    root = _root(s3)
+    writer = RunWriter(f"{root}/a")
+    assert writer.run_dir == f"{root}/a"
+    writer.write_config({"trainer": {"seed": 3}})
+    writer.set_status("running", step=0, total_steps=4)
+    writer.log_event("started", step=0)
+    reader = RunReader(f"{root}/a")
+    assert reader.exists() and reader.run_id == "a" and not reader.local
+    assert reader.config() == {"trainer": {"seed": 3}}
+    assert reader.poll() == []
+    _write_steps(writer, 1, 2)
+    writer.write_trajectories(1, [{"step": 1, "prompt": "p", "response": "r", "reward": 1.0}])
+    got = reader.poll()
+    assert [r["step"] for r in got] == [1, 2]
+    assert reader.poll() == []  # nothing new: nothing returned twice
+    _write_steps(writer, 3, 3)
+    assert [r["step"] for r in reader.poll()] == [3]
+    assert reader.status()["step"] == 3 and reader.status()["total_steps"] == 4
+    assert [e["kind"] for e in reader.poll_events()] == ["started"]
+    assert reader.trajectory_steps() == [1]
+    assert reader.trajectories(1)["response"].tolist() == ["r"]
+    assert reader.trajectories(1, columns=["reward"]).columns.tolist() == ["reward"]
+    with pytest.raises(FileNotFoundError, match="step 9: no trajectory part"):
+        reader.trajectories(9)
+    assert reader.last_metrics()["step"] == 3
+    assert reader.warnings == []
+
+
+def test_segments_roll_and_resume_truncation(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runs, "SEGMENT_BYTES", 400)  # a few rows per segment
+    root = _root(s3)
+    writer = RunWriter(f"{root}/r")
+    writer.log_event("started", step=0)
+    _write_steps(writer, 1, 12)
+    for step in (1, 5, 9):
+        writer.write_trajectories(step, [{"step": step, "reward": 0.0}])
+    names = [n for n in writer.store.list() if n.startswith("metrics.")]
+    assert len(names) >= 3, names  # rolled
+    follower = RunReader(f"{root}/r")
+    assert [r["step"] for r in follower.poll()] == list(range(1, 13))
+
+    # a resume from step 6 (a new writer process): later rows and parts go, a new generation is written
+    resumed = RunWriter(f"{root}/r")
+    resumed.truncate_after(6)
+    resumed.log_event("resumed", step=6)
+    assert sorted(n.split("-")[0] for n in resumed.store.list() if n.startswith("metrics.")) == \
+        ["metrics.0001"] * len([n for n in resumed.store.list() if n.startswith("metrics.")])
+    assert resumed.store.list("trajectories").keys() == {"step_000001.parquet", "step_000005.parquet"}
+    assert follower.poll() == []  # the kept rows were returned already
+    _write_steps(resumed, 7, 8)
+    assert [r["step"] for r in follower.poll()] == [7, 8]  # steps trained again are new rows
+    assert [r["step"] for r in RunReader(f"{root}/r").metrics()] == list(range(1, 9))
+    assert [e["kind"] for e in RunReader(f"{root}/r").events()] == ["started", "resumed"]
+
+
+def test_damaged_status_and_lines_are_skipped(s3: Any) -> None:
+    root = _root(s3)
+    writer = RunWriter(f"{root}/d")
+    _write_steps(writer, 1, 1)
+    writer.store.put("status.json", b"\xff not json")
+    writer.store.put(runs.segment_name("metrics", 0, 1), b'{"step": 2, "time": 1.0}\nnot json\n')
+    reader = RunReader(f"{root}/d")
+    assert reader.status()["state"] == runs.DAMAGED
+    assert [r["step"] for r in reader.poll()] == [1, 2]
+    assert any("status.json is not UTF-8" in w for w in reader.warnings)
+    assert any("metrics.jsonl line" in w and "is not JSON" in w for w in reader.warnings)
+    fresh = RunWriter(f"{root}/d")  # a writer on a damaged status starts a fresh one, with a warning
+    assert fresh.warnings == ["status.json is not UTF-8 (byte 0xff at offset 0); starting a fresh status"]
+    fresh.set_status("running", step=1)
+    assert json.loads(fresh.store.read("status.json"))["state"] == "running"
+
+
+def test_list_runs_on_s3(s3: Any) -> None:
+    root = _root(s3)
+    for name, reward in (("one", 0.25), ("two", 0.5)):
+        w = RunWriter(f"{root}/{name}")
+        w.set_status("running", step=1, total_steps=2)
+        w.log_metrics(1, {"reward/avg_raw_reward": reward})
+        w.set_status("succeeded", step=1)
+    found = {s.run_id: s for s in list_runs(root)}
+    assert found.keys() == {"one", "two"}
+    assert found["two"].state == "succeeded" and found["two"].last_reward == 0.5
+    assert list_runs(f"{root}/nothing-here") == []
+
+
+def test_refresh_costs_a_few_requests(s3: Any) -> None:
+    """Following a run of 1,000 steps: each refresh (poll + events + status) is at most 4 requests."""
+    root = _root(s3)
+    writer = RunWriter(f"{root}/long")
+    writer.set_status("running", step=0, total_steps=1001)
+    for step in range(1, 1001):
+        writer.log_metrics(step, {"reward/avg_raw_reward": 0.5, "timing/step": 0.1, "policy/grad_norm": 1.0,
+                                  "trainer/tokens_per_second": 1000.0})
+    writer.set_status(step=1000)
+    reader = RunReader(f"{root}/long")
+    before = s3.total()
+    assert len(reader.poll()) == 1000
+    reader.poll_events(), reader.status()
+    first = s3.total() - before
+    assert first <= 2 + len([n for n in writer.store.list() if n.startswith("metrics.")]) + 1
+    costs = []
+    for step in (1001, None, None):
+        if step:
+            writer.log_metrics(step, {"reward/avg_raw_reward": 0.6})
+            writer.set_status(step=step)
+        import time
+
+        time.sleep(runs.LISTING_TTL_S)
+        before = s3.total()
+        rows = reader.poll()
+        reader.poll_events()
+        reader.status()
+        costs.append(s3.total() - before)
+        assert len(rows) == (1 if step else 0)
+    assert costs[0] <= 3, costs  # LIST, the grown segment's range, status.json (its ETag changed)
+    assert costs[1:] == [1, 1], costs  # nothing new: the LIST alone
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("s3://bucket/prefix", None),
+    ("s3://", "names no bucket"),
+    ("nosuchscheme://x/y", "fsspec does not know"),
+])
+def test_run_root_problem_for_urls(value: str, expected: str | None) -> None:
+    problem = run_root_problem(value)
+    if expected is None:
+        assert problem is None
+    else:
+        assert problem.startswith(f"run.run_root: {value!r}") and expected in problem
+
+
+def test_inspector_data_follows_parts_on_s3(s3: Any) -> None:
+    """The inspector's data layer on S3: one LIST per refresh finds new parts; a step opens; a full scan
+    sees a resume's removals."""
+    from skyrl_widgets.inspector_data import TrajectoryData
+
+    root = _root(s3)
+    writer = RunWriter(f"{root}/insp")
+    rows = [{"step": 1, "uid": f"1-{i}", "group": i // 2, "prompt": f"q{i // 2}", "response": "ab",
+             "reward": float(i % 2), "advantage": 0.0, "num_tokens": 2, "finish_reason": "stop"} for i in range(4)]
+    writer.write_trajectories(1, rows)
+    data = TrajectoryData(f"{root}/insp")
+    assert data.steps == [1]
+    for step in (2, 3):
+        writer.write_trajectories(step, [{**r, "step": step} for r in rows])
+    before = s3.total()
+    assert data.refresh().added == [2, 3]
+    assert s3.total() - before == 1  # one LIST (StartAfter the newest known part)
+    view = data.view(3)
+    assert view["samples"] == 4 and view["all_groups"] == 2
+    writer.truncate_after(1)
+    assert data.refresh(full=True).removed == [2, 3] and data.steps == [1]
