@@ -56,7 +56,7 @@ from skyrl_core.registry import (
     not_allowed,
     shown,
 )
-from skyrl_core.runs import run_id_problem, run_root_problem
+from skyrl_core.runs import run_dir_of, run_id_problem, run_root_problem
 
 BUILTIN_PREFIX = "builtin://"
 BUILTIN_MODELS = ("builtin://tiny-qwen2", "builtin://smollm2-135m-instruct")
@@ -408,10 +408,11 @@ class JobConfig(_Section):
 
     # -- derived ----------------------------------------------------------------------------
     @property
-    def run_dir(self) -> Path | None:
+    def run_dir(self) -> Path | str | None:
+        """``<run.run_root>/<run.run_id>``: a Path for a local root, a URL string for ``s3://...``."""
         if self.run.run_id is None:
             return None
-        return Path(os.path.expanduser(self.run.run_root)) / self.run.run_id
+        return run_dir_of(self.run.run_root, self.run.run_id)
 
     def total_steps(self, train_size: int | None = None) -> int | None:
         """Steps the job will run: ``max_training_steps`` or epochs × batches when the size is known."""
