@@ -1226,6 +1226,10 @@ def _resume_path_problems(cfg: JobConfig, check_files: bool) -> list[str]:
     resume = cfg.trainer.resume_path
     if not check_files or cfg.trainer.resume_mode != "from_path" or not resume:
         return []
+    from skyrl_core.store import is_url
+
+    if is_url(resume):
+        return []  # the engine downloads it; its files are checked there
     path = _local_path(resume)
     if path is None or not path.is_dir():
         return [f"trainer.resume_path: {shown(resume)} is not a directory"]

@@ -17,7 +17,6 @@ import html
 import os
 import time
 from dataclasses import KW_ONLY, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core import procs
@@ -69,8 +68,9 @@ def run_state(ray_status: Any) -> str:
 class Job:
     """One submission of a run to a cluster (see `Cluster.launch`).
 
-    `runtime_env` is what `launch` was given (a resume submits with it again); `attempt` counts
-    resumes (0 for the first launch).
+    `runtime_env` is what `launch` was given and `code` how the engine's code reached the job
+    (`skyrl_nb.cluster.shipping.EngineCode`; a resume submits with both again); `attempt` counts
+    resumes (0 for the first launch). `run_dir` is a local path or an object-store URL.
     """
 
     cluster: Cluster
@@ -80,6 +80,7 @@ class Job:
     run_dir: str
     attempt: int = 0
     runtime_env: dict[str, Any] | None = None
+    code: Any = None
     _info: Any = None
     _reader: Any = field(default=None, init=False)
 
@@ -120,13 +121,15 @@ class Job:
 
     def _run_status(self) -> dict[str, Any]:
         """The run's status.json as a dict; {} when it is missing or unreadable."""
-        if not os.path.exists(os.path.join(self.run_dir, "status.json")):
+        if not self.run_dir:
             return {}
         try:
             status = self.run.status()
-        except Exception:  # a damaged file says nothing about the job
+        except Exception:  # a damaged file or an unreachable store says nothing about the job
             return {}
-        return status if isinstance(status, dict) else {}
+        if not isinstance(status, dict) or status.get("heartbeat") is None:
+            return {}  # no status.json (yet)
+        return status
 
     def logs(self, tail: int | None = None) -> str:
         """The job's stdout/stderr so far; the last `tail` lines when given."""
@@ -154,7 +157,9 @@ class Job:
     def resume(self, overrides: list[str] | None = None) -> Job:
         """Resubmit this run from its latest checkpoint (`trainer.resume_mode=latest`), same run dir.
 
-        The new submission id is `<run_id>-r<n>`. Stop the job first if it is still running.
+        The new submission id is `<run_id>-r<n>`. Stop the job first if it is still running. The config
+        is the one this job was submitted with, read back from Ray's job info (no disk shared with the
+        cluster is needed), else the run store's config.yaml.
         """
         from skyrl_core.config import check_config
 
@@ -163,13 +168,26 @@ class Job:
             raise RuntimeError(f"job {self.submission_id} is {state}; stop() it before resume()")
         attempts = [j.attempt for j in self.cluster.jobs() if j.run_id == self.run_id]
         attempt = max(attempts + [self.attempt]) + 1
-        cfg = check_config(self._config_path(), ["trainer.resume_mode=latest", *(overrides or [])])
+        cfg = check_config(self.submitted_config(), ["trainer.resume_mode=latest", *(overrides or [])])
+        code = self.code if self.code is not None else self.cluster.engine_code()
         return self.cluster._submit(cfg, submission_id=f"{self.run_id}-r{attempt}", attempt=attempt,
-                                    runtime_env=self.runtime_env)
+                                    runtime_env=self.runtime_env, code=code)
 
-    def _config_path(self) -> str:
-        staged = Path(self.run_dir) / "launch" / f"{self.submission_id}.yaml"
-        return str(staged if staged.exists() else Path(self.run_dir) / "config.yaml")
+    def submitted_config(self) -> dict[str, Any]:
+        """The config this job was submitted with (Ray keeps it in the job's runtime env), as a dict;
+        the run store's config.yaml for a job submitted another way. RuntimeError when neither has one."""
+        import yaml
+
+        from skyrl_core.submission import submitted_config
+
+        text = submitted_config(getattr(self._info or self.info(), "runtime_env", None))
+        if text is not None:
+            return yaml.safe_load(text)
+        config = self.run.config()
+        if not config:
+            raise RuntimeError(f"job {self.submission_id}: Ray's job info holds no config and the run store "
+                               f"at {self.run_dir} has no config.yaml")
+        return config
 
     # -- the run store --------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 import time
@@ -25,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (("train", "run a training job"), ("validate", "check a config; exit 0 or 2")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--config", required=True, help="a preset name (e.g. quickstart) or a YAML file")
+        p.add_argument("--config", required=True,
+                       help="a preset name (e.g. quickstart), a YAML file, or env:NAME (the YAML in that variable)")
         p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.seed=3")
     p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (or s3://bucket/prefix)")
     p.add_argument("source", help="a run directory, a checkpoint root, a global_step_N directory or its policy/")
@@ -35,10 +35,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def load_checked_config(source: str, overrides: list[str]):
-    """The validated config, or ConfigError with every problem (``skyrl_core.config.check_config``)."""
-    from skyrl_core.config import check_config
+    """The validated config, or ConfigError with every problem (``skyrl_core.config.check_config``).
 
-    return check_config(source, overrides)
+    ``env:NAME`` reads the YAML from that variable: how a submission from a notebook carries its config
+    (``skyrl_core.submission``), so the cluster needs no disk shared with the notebook.
+    """
+    from skyrl_core.config import ConfigError, check_config
+    from skyrl_core.submission import config_source
+
+    try:
+        return check_config(config_source(source), overrides)
+    except ValueError as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError([str(err)]) from None
 
 
 def _print_problems(problems: list[str]) -> None:
@@ -145,7 +155,7 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     model_path = resolve_model_path(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)
     _log(f"model ready at {model_path} ({time.perf_counter() - started:.1f}s)")
     total_steps = int(cfg.total_steps(len(train_rows)))
-    _keep_tokenizer(model_path, str(cfg.run_dir))
+    _keep_tokenizer(model_path, writer)
     in_process = runs_in_job_process(cfg)
     if not in_process:
         in_process = not _connect_ray(cfg, writer, held)
@@ -180,13 +190,12 @@ def _connect_ray(cfg, writer, held: dict[str, Any]) -> bool:
     return True
 
 
-def _keep_tokenizer(model_path: str, run_dir: str) -> None:
+def _keep_tokenizer(model_path: str, writer) -> None:
     """Copy the model's ``tokenizer.json`` into ``<run_dir>/tokenizer/``: the inspector decodes tokens with it."""
     source = os.path.join(model_path, "tokenizer.json")
     if os.path.isfile(source):
-        target = os.path.join(run_dir, "tokenizer")
-        os.makedirs(target, exist_ok=True)
-        shutil.copyfile(source, os.path.join(target, "tokenizer.json"))
+        with open(source, "rb") as f:
+            writer.put_file("tokenizer/tokenizer.json", f.read())
 
 
 def export(source: str, dest: str, step: int | None) -> int:

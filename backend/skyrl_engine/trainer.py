@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core.store import is_url
+
 if TYPE_CHECKING:
     from skyrl_engine.generator import GeneratorOutput
     from skyrl_engine.policy import TrainBatch
@@ -144,6 +146,7 @@ class RLTrainer:
     """The driver. ``RLTrainer(cfg, writer, workers, train_rows, val_rows, model_path).train()``."""
 
     def __init__(self, cfg: Any, writer: Any, workers: Workers, train_rows: list[PromptRow], val_rows: list[PromptRow]):
+        from skyrl_engine import checkpoint
         from skyrl_engine.critic import needs_critic
         from skyrl_engine.dapo import DynamicSampler
         from skyrl_engine.tasks import PromptLoader
@@ -159,7 +162,8 @@ class RLTrainer:
         self.total_steps = int(cfg.total_steps(len(train_rows)))
         self.sampling = cfg.generator.sampling_params
         self.eval_sampling = cfg.generator.eval_sampling_params
-        self.ckpt_root = os.path.join(str(cfg.run_dir), "checkpoints") if not t.ckpt_path else os.path.expanduser(t.ckpt_path)
+        #: where checkpoints go: a local folder or an object-store URL (staged locally, then uploaded)
+        self.ckpt_root = checkpoint.checkpoint_root(t.ckpt_path, str(cfg.run_dir))
         self.global_step = 0
         self._status_lock = threading.Lock()
         self._stop_heartbeat = threading.Event()
@@ -183,20 +187,23 @@ class RLTrainer:
 
     # -- resume ---------------------------------------------------------------------------------
     def _resume_dir(self) -> str | None:
+        """The checkpoint ``resume_mode`` points at (a local directory or an object-store URL), or None."""
         from skyrl_engine import checkpoint
 
         mode = self.cfg.trainer.resume_mode
         if mode == "latest":
-            if not os.path.isdir(self.ckpt_root):
-                return None
             step = checkpoint.latest_step(self.ckpt_root)
             return None if step is None else checkpoint.step_dir(self.ckpt_root, step)
         if mode == "from_path":
-            return os.path.expanduser(self.cfg.trainer.resume_path)
+            path = self.cfg.trainer.resume_path
+            return path if is_url(path) else os.path.expanduser(path)
         return None
 
     def restore(self) -> int:
-        """Load the checkpoint ``resume_mode`` points at (if any); return the step to continue after."""
+        """Load the checkpoint ``resume_mode`` points at (if any); return the step to continue after.
+
+        One on an object store is downloaded to the local staging folder first (``checkpoint.fetch``).
+        """
         from skyrl_engine import checkpoint
 
         ckpt_dir = self._resume_dir()
@@ -204,8 +211,9 @@ class RLTrainer:
             self.writer.truncate_after(0)
             return 0
         step = checkpoint.step_of(ckpt_dir)
-        self.workers.load_checkpoint(ckpt_dir)
-        state = checkpoint.read_trainer_state(ckpt_dir)
+        local_dir = checkpoint.fetch(ckpt_dir)
+        self.workers.load_checkpoint(local_dir)
+        state = checkpoint.read_trainer_state(local_dir)
         self.writer.truncate_after(step)
         # the step's metrics line is written just after its checkpoint; restore it if the kill came between
         from skyrl_core.runs import RunReader
@@ -342,11 +350,19 @@ class RLTrainer:
         return interval is not None and interval > 0 and (step % interval == 0 or step == self.total_steps)
 
     def save_checkpoint(self, step: int, metrics: dict[str, Any]) -> str:
-        """Write ``global_step_<step>`` atomically and point the latest file at it."""
+        """Write ``global_step_<step>`` atomically and point the latest file at it; returns where it is.
+
+        On an object store it is assembled in the staging folder of every node, then uploaded
+        (``checkpoint.upload``), the latest file last.
+        """
         from skyrl_engine import checkpoint
 
-        os.makedirs(self.ckpt_root, exist_ok=True)
-        tmp = checkpoint.begin(self.ckpt_root, step)
+        remote = is_url(self.ckpt_root)
+        if remote:
+            tmp = checkpoint.begin_staged(self.ckpt_root, step)
+        else:
+            os.makedirs(self.ckpt_root, exist_ok=True)
+            tmp = checkpoint.begin(self.ckpt_root, step)
         position = self.loader.position(step + 1)
         self.workers.save_checkpoint(tmp, {"global_step": step})
         state = {
@@ -355,7 +371,10 @@ class RLTrainer:
             "metrics": metrics,
             "config": self.cfg.to_dict(),
         }
-        return checkpoint.commit(self.ckpt_root, tmp, step, state, self.cfg.trainer.max_ckpts_to_keep)
+        keep = self.cfg.trainer.max_ckpts_to_keep
+        if remote:
+            return checkpoint.upload(tmp, self.ckpt_root, step, state, keep)
+        return checkpoint.commit(self.ckpt_root, tmp, step, state, keep)
 
     def fail(self, err: BaseException) -> None:
         """Record a failure: status failed with the error, an error event with the traceback."""

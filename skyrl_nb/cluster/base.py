@@ -17,15 +17,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from skyrl_core.runs import atomic_write_text
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
     from skyrl_core.memory import MemoryEstimate, RankCapacity
+    from skyrl_nb.cluster.shipping import EngineCode
     from skyrl_nb.jobs import Job
 
 # Metadata keys put on every submission so `Cluster.jobs()` can find the run behind a job.
@@ -121,6 +120,12 @@ class Cluster:
     #: Whether the cluster's jobs run on this machine, so a job's pid in its run's status.json can be
     #: checked here (`Job.status` reports `lost` as soon as that process is gone).
     runs_here: bool = False
+    #: How the engine's code reaches a job unless `launch(code=..., image=...)` says otherwise:
+    #: `ship` (Ray py_modules of the installed packages) or `installed` (`skyrl_nb.cluster.shipping`).
+    code: str = "ship"
+    #: Local folders the cluster sees at the same path as this notebook (a shared FSx/EFS mount); a run
+    #: root elsewhere on this disk is probed with a tiny job before a launch uses it.
+    shared_paths: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -137,6 +142,7 @@ class Cluster:
         self.name = name
         self.verify = verify
         self._client_obj: Any = None
+        self._seen: dict[str, bool] = {}  # local folder -> whether a probe job saw it
 
     # -- HTTP ---------------------------------------------------------------------------------
 
@@ -170,36 +176,95 @@ class Cluster:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    def _stage_config(self, cfg: JobConfig, run_dir: str, submission_id: str) -> str:
-        """Write the job's config where the job can read it; returns that path as the job sees it.
-
-        The run root is on a filesystem both the kernel and the cluster see (a local disk for the
-        local cluster, FSx/EFS for HyperPod), so the YAML goes next to the run. Subclasses whose
-        cluster mounts the run root elsewhere override this.
-        """
-        path = Path(run_dir) / "launch" / f"{submission_id}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return str(atomic_write_text(path, cfg.to_yaml()))
-
-    def entrypoint(self, config_path: str) -> str:
-        """The shell command a job runs for the config at `config_path`."""
+    def entrypoint(self, config_arg: str) -> str:
+        """The shell command a job runs for ``--config <config_arg>`` (``env:SKYRL_NB_CONFIG``: the config
+        travels in the runtime env, `skyrl_core.submission`)."""
         module = self.engine_module or os.environ.get("SKYRL_NB_ENGINE_MODULE") or "skyrl_engine"
-        return f"{shlex.quote(self.python)} -m {module} train --config {shlex.quote(config_path)}"
+        return f"{shlex.quote(self.python)} -m {module} train --config {shlex.quote(config_arg)}"
 
     def _runtime_env(self, cfg: JobConfig, run_dir: str, runtime_env: dict[str, Any] | None,
-                     staging: str) -> dict[str, Any]:
-        """The job's Ray runtime_env: the caller's, plus our env vars and the config's plug-in modules.
+                     staging: str, code: EngineCode) -> tuple[dict[str, Any], str]:
+        """``(runtime_env, config_arg)``: the caller's runtime env plus the config (in ``env_vars``), our
+        env vars, the engine's code (`code`) and the config's plug-in modules.
 
         ``staging`` is a folder that lives until the job is submitted (see :func:`plugin_py_modules`).
         """
+        from skyrl_core.config import ConfigError
+        from skyrl_core.submission import pack_config
+
+        try:
+            config_vars, config_arg = pack_config(cfg.to_yaml())
+        except ValueError as err:
+            raise ConfigError([str(err)]) from None
         env = dict(runtime_env or {})
         env_vars = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": run_dir}
         env_vars.update(env.get("env_vars") or {})
+        env_vars.update(config_vars)
         env["env_vars"] = env_vars
+        code.apply(env)
         plugins = plugin_py_modules(cfg.plugins, staging)
         if plugins:
             env["py_modules"] = list(dict.fromkeys([*(env.get("py_modules") or []), *plugins]))
-        return env
+        return env, config_arg
+
+    def engine_code(self, code: str | None = None, image: str | None = None) -> EngineCode:
+        """How the engine's code reaches a job launched with ``code`` / ``image`` (default: `self.code`)."""
+        from skyrl_core.config import ConfigError
+        from skyrl_nb.cluster.shipping import EngineCode
+
+        try:
+            return EngineCode.resolve(code, image, self.code)
+        except (ValueError, RuntimeError) as err:
+            raise ConfigError([str(err)]) from None
+
+    def _under_shared(self, folder: str) -> bool:
+        """Whether ``folder`` is one of `shared_paths` or inside one."""
+        path = os.path.realpath(os.path.expanduser(folder))
+        roots = [os.path.realpath(os.path.expanduser(shared)) for shared in self.shared_paths]
+        return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+    def sees(self, folder: str) -> bool:
+        """Whether this cluster's jobs see the notebook's local ``folder`` at the same path: always on this
+        machine (`runs_here`), under one of `shared_paths`, else asked once of the cluster with a probe
+        job (`shipping.probe_path`)."""
+        if self.runs_here or self._under_shared(folder):
+            return True
+        path = os.path.realpath(os.path.expanduser(folder))
+        if path not in self._seen:
+            from skyrl_nb.cluster.shipping import probe_path
+
+            self._seen[path] = probe_path(self, path)
+        return self._seen[path]
+
+    def run_store(self, cfg: JobConfig) -> tuple[JobConfig, str]:
+        """``(config, line)``: the config with the run root this cluster's jobs will write, and one line saying
+        where that is. In SageMaker Studio a cluster that is not on this machine gets
+        ``s3://<SageMaker default bucket>/skyrl-runs`` when no run root was given (the default
+        ``~/skyrl-runs``); a local run root the cluster cannot see is refused (`ConfigError`, one line).
+        """
+        from skyrl_core.config import ConfigError, RunConfig, check_config
+        from skyrl_core.store import is_url
+
+        root = str(cfg.run.run_root)
+        if is_url(root):
+            return cfg, f"{root} (an object store: the job writes it, this notebook reads it)"
+        if self.runs_here:
+            return cfg, f"{root} (this machine's disk, which the cluster shares)"
+        default = RunConfig().run_root
+        if root in (default, os.path.expanduser(default)) and not self._under_shared(root):
+            from skyrl_nb import studio
+
+            if studio.in_studio():
+                bucket_root = studio.default_run_root()
+                cfg = check_config(cfg, {"run.run_root": bucket_root})
+                return cfg, (f"{bucket_root} (SageMaker's default bucket: no run root was given and the "
+                             "cluster is not on this notebook's machine)")
+        if not self.sees(root):
+            raise ConfigError([f"run.run_root: {root!r} is on this notebook's disk, which the cluster at "
+                               f"{self.address} cannot see (a probe job found no file there); use "
+                               "s3://<bucket>/<prefix>, or a folder both mount at the same path "
+                               "(connect(..., shared_paths=[...]))"])
+        return cfg, f"{root} (a folder this cluster sees at the same path)"
 
     def prepare(self, config: Any, *, overrides: list[str] | None = None, run_id: str | None = None) -> JobConfig:
         """Validate `config` (+ `overrides`) fully; see `prepare_config`. Nothing is submitted."""
@@ -212,39 +277,48 @@ class Cluster:
         runtime_env: dict[str, Any] | None = None,
         overrides: list[str] | None = None,
         run_id: str | None = None,
+        code: str | None = None,
+        image: str | None = None,
     ) -> Job:
         """Validate `config` and submit `python -m skyrl_engine train` for it; returns the `Job`.
 
         `config` is a preset name, a YAML path, a dict or a `JobConfig`; `overrides` are
         `key=value` strings. The submission id is the run id; the run directory is
-        `<run.run_root>/<run.run_id>`.
+        `<run.run_root>/<run.run_id>` (see `run_store`: a local run root must be one the cluster sees).
+        The resolved config travels with the submission; the engine's code too with `code="ship"`
+        (the default for a cluster elsewhere), or it comes from the cluster (`code="installed"`) or
+        from a container `image` (`skyrl_nb.cluster.shipping`).
 
         >>> job = cluster.launch("quickstart", overrides=["trainer.max_training_steps=20"])
         """
         cfg = self.prepare(config, overrides=overrides, run_id=run_id)
-        return self._submit(cfg, submission_id=cfg.get("run.run_id"), attempt=0, runtime_env=runtime_env)
+        engine_code = self.engine_code(code, image)
+        cfg, _ = self.run_store(cfg)
+        return self._submit(cfg, submission_id=cfg.get("run.run_id"), attempt=0, runtime_env=runtime_env,
+                            code=engine_code)
 
-    def _submit(self, cfg: JobConfig, *, submission_id: str, attempt: int, runtime_env: dict[str, Any] | None) -> Job:
+    def _submit(self, cfg: JobConfig, *, submission_id: str, attempt: int, runtime_env: dict[str, Any] | None,
+                code: EngineCode) -> Job:
         from skyrl_nb.jobs import Job
 
         run_id = str(cfg.get("run.run_id"))
-        run_dir = str(Path(os.path.expanduser(str(cfg.get("run.run_root")))) / run_id)
+        run_dir = str(cfg.run_dir)
         with tempfile.TemporaryDirectory(prefix="skyrl-nb-plugins-") as staging:  # uploaded by submit_job
-            job_env = self._runtime_env(cfg, run_dir, runtime_env, staging)
-            config_path = self._stage_config(cfg, run_dir, submission_id)
-            created = self._mark_pending(cfg, run_dir) if attempt == 0 else []
+            job_env, config_arg = self._runtime_env(cfg, run_dir, runtime_env, staging, code)
+            writer = self._mark_pending(cfg, run_dir) if attempt == 0 else None
             try:
-                self._submit_with_retry(entrypoint=self.entrypoint(config_path), submission_id=submission_id,
+                self._submit_with_retry(entrypoint=self.entrypoint(config_arg), submission_id=submission_id,
                                         runtime_env=job_env,
                                         metadata={META_RUN_ID: run_id, META_RUN_DIR: run_dir,
                                                   META_ATTEMPT: str(attempt)})
             except BaseException:
                 # Leave no half-made run behind: the same run id must be launchable again.
-                for path in [Path(config_path), *created]:
-                    path.unlink(missing_ok=True)
+                if writer is not None:
+                    for name in ("config.yaml", "status.json"):
+                        writer.store.delete(name)
                 raise
         return Job(self, submission_id=submission_id, run_id=run_id, run_dir=run_dir, attempt=attempt,
-                   runtime_env=runtime_env)
+                   runtime_env=runtime_env, code=code)
 
     def _submit_with_retry(self, **submission: Any) -> None:
         """``client.submit_job(**submission)``, retried while a fresh head has no job agent yet."""
@@ -260,14 +334,14 @@ class Cluster:
                 time.sleep(1.0)
 
     @staticmethod
-    def _mark_pending(cfg: JobConfig, run_dir: str) -> list[Path]:
-        """Write config.yaml and a `pending` status.json so `list_runs` shows the run at once."""
+    def _mark_pending(cfg: JobConfig, run_dir: str) -> Any:
+        """Write config.yaml and a `pending` status.json so `list_runs` shows the run at once; returns the writer."""
         from skyrl_core.runs import RunWriter
 
         writer = RunWriter(run_dir)
         writer.write_config(cfg)
         writer.set_status("pending", step=0, total_steps=cfg.total_steps())
-        return [Path(run_dir) / "config.yaml", Path(run_dir) / "status.json"]
+        return writer
 
     def jobs(self) -> list[Job]:
         """The skyrl-nb jobs on this cluster (every submission, resumes included), newest first."""
@@ -316,9 +390,12 @@ class Cluster:
         out.update({k: v for k, v in totals.items() if k.startswith("accelerator_type")})
         return out
 
-    def plan(self, config: Any, *, overrides: list[str] | dict[str, Any] | None = None) -> JobPlan:
-        """What `config` (+ `overrides`) asks of this cluster, what it has, and each training rank's
-        memory estimate against one of its devices. Nothing is submitted.
+    def plan(self, config: Any, *, overrides: list[str] | dict[str, Any] | None = None, code: str | None = None,
+             image: str | None = None) -> JobPlan:
+        """What `config` (+ `overrides`) asks of this cluster, what it has, each training rank's memory
+        estimate against one of its devices, how the engine's code and the config reach the job, and
+        where its run store is (`run_store`). Nothing is submitted (a local run root the cluster may not
+        see is checked with a tiny probe job, once).
 
         A config that is invalid or whose ranks cannot fit is refused with `ConfigError`, one line per
         problem naming its keys. A GPU's memory comes from Ray's `accelerator_type` resource
@@ -337,7 +414,13 @@ class Cluster:
         problems = memory.problems(capacity)
         if problems:
             raise ConfigError(problems)
-        return JobPlan(cfg, resources_for(cfg)["text"], self.resources(), memory, capacity)
+        engine_code = self.engine_code(code, image)
+        cfg, store_line = self.run_store(cfg)
+        size = len(cfg.to_yaml().encode()) / 1024
+        delivery = {"engine code": engine_code.describe(),
+                    "config": f"travels in the submission ({size:.1f} KiB of YAML in the runtime env)",
+                    "run store": store_line}
+        return JobPlan(cfg, resources_for(cfg)["text"], self.resources(), memory, capacity, delivery)
 
     def shutdown(self) -> None:
         """Forget this connection. A cluster this object did not start keeps running."""
@@ -380,11 +463,15 @@ class JobPlan:
     resources: dict[str, Any]
     memory: MemoryEstimate
     capacity: RankCapacity | None
+    delivery: dict[str, str] = field(default_factory=dict)
+    """How the job gets what it needs, one line each: ``engine code``, ``config``, ``run store``."""
 
     def _head(self) -> str:
         have = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.resources.items())
         one_rank = repr(self.capacity) if self.capacity else "unknown"
-        return f"asks for: {self.asks}\ncluster has: {have}\none rank has: {one_rank}"
+        lines = [f"asks for: {self.asks}", f"cluster has: {have}", f"one rank has: {one_rank}",
+                 *(f"{k}: {v}" for k, v in self.delivery.items())]
+        return "\n".join(lines)
 
     def summary(self) -> str:
         """A few lines a person reads before launching."""
@@ -398,16 +485,22 @@ class JobPlan:
 
 
 def connect(address: str, token: str | None = None, verify: bool = True, *, name: str = "ray",
-            dashboard_url: str | None = None, check: bool = True) -> Cluster:
+            dashboard_url: str | None = None, check: bool = True, code: str = "ship",
+            shared_paths: Iterable[str] = ()) -> Cluster:
     """Attach to a running Ray cluster by its dashboard HTTP address.
 
     The token comes from `token`, else `RAY_AUTH_TOKEN`, else the file named by
     `RAY_AUTH_TOKEN_PATH`, else Ray's `~/.ray/auth_token`. With `check` the dashboard is asked for
-    its version first, so a wrong address or token fails here, with the reason.
+    its version first, so a wrong address or token fails here, with the reason. `code` is how the
+    engine's code reaches its jobs (`ship`: with each job; `installed`: the cluster has skyrl-nb);
+    `shared_paths` are local folders the cluster sees at the same path (a shared file system).
 
     >>> cluster = connect("http://10.0.0.5:8265")
+    >>> cluster = connect("http://10.0.0.5:8265", shared_paths=["/fsx"])
     """
     cluster = Cluster(address, find_token(token), dashboard_url=dashboard_url, name=name, verify=verify)
+    cluster.code = code
+    cluster.shared_paths = tuple(shared_paths)
     if check:
         try:
             cluster.ping()
@@ -426,18 +519,19 @@ def prepare_config(config: Any, *, overrides: list[str] | dict[str, Any] | None 
     `Cluster.launch` and `%skyrl launch` call this first, so a bad config never reaches a cluster.
     """
     from skyrl_core.config import PRESETS, ConfigError, check_config
+    from skyrl_core.runs import RunReader
+    from skyrl_core.store import is_url
 
     # the one validation (every problem in one pass, launch's run-id and run-root rules included)
     cfg = check_config(config, overrides, run_id=run_id)
     preset = config if isinstance(config, str) and config in PRESETS else None
     rid = cfg.run.run_id or new_run_id(preset)
-    root = os.path.expanduser(cfg.run.run_root)
-    # The job reads the staged YAML on the cluster: spell the run root out, no `~`.
+    root = cfg.run.run_root if is_url(cfg.run.run_root) else os.path.expanduser(cfg.run.run_root)
+    # The job reads this config on the cluster: spell the run root out, no `~`.
     fixed = {"run.run_id": str(rid), "run.run_root": root}
     if any(cfg.get(k) != v for k, v in fixed.items()):
         cfg = check_config(cfg, fixed)
-    run_dir = Path(root) / str(rid)
-    if (run_dir / "status.json").exists() or (run_dir / "metrics.jsonl").exists():
+    if RunReader(cfg.run_dir).exists():
         raise ConfigError(
             [f"run.run_id: {rid!r} already exists in {root}; pick another id, or resume that run"]
         )

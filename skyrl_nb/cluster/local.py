@@ -169,6 +169,8 @@ class LocalCluster(Cluster):
     """
 
     runs_here = True
+    #: the head runs this kernel's own interpreter, which imports the installed engine
+    code = "installed"
 
     def __init__(self, address: str, token: str, *, temp_dir: Path, pid: int, num_cpus: int,
                  log_path: Path, name: str = "local", state_path: Path | None = None,

@@ -78,6 +78,9 @@ def spy_cluster() -> Any:
 
     cluster = Cluster("http://127.0.0.1:9", token="spy-token", name="spy")
     cluster._client_obj = SpyClient()
+    # as a cluster on this machine would be: it sees this disk (no probe job) and has the engine installed
+    cluster.shared_paths = ("/",)
+    cluster.code = "installed"
     return cluster
 
 

@@ -14,12 +14,13 @@ import time
 
 from skyrl_core.config import load_config
 from skyrl_core.runs import RunWriter
+from skyrl_core.submission import config_source
 
 
 def main(argv: list[str]) -> int:
-    """`train --config FILE`."""
+    """`train --config FILE_OR_ENV:NAME`."""
     assert argv[0] == "train" and argv[1] == "--config", argv
-    cfg = load_config(argv[2])
+    cfg = load_config(config_source(argv[2]))
     writer = RunWriter(cfg.run_dir)
     writer.write_config(cfg)
     total = cfg.trainer.max_training_steps or 10

@@ -122,8 +122,11 @@ def test_stop_then_resume_same_run_dir(ray_cluster: Any, tmp_path: Path) -> None
     steps = [r["step"] for r in resumed.run.metrics()]
     assert steps == list(range(1, done + 3))
     assert ray_cluster.job("jobs-resume").submission_id == "jobs-resume-r1"
-    staged = Path(job.run_dir) / "launch" / "jobs-resume-r1.yaml"
-    assert "resume_mode: latest" in staged.read_text()
+    # the resume's config came from Ray's job info (no file on this disk), and went with the submission
+    assert job.submitted_config()["trainer"]["max_training_steps"] == 40
+    resumed_config = resumed.submitted_config()["trainer"]
+    assert resumed_config["resume_mode"] == "latest" and resumed_config["max_training_steps"] == done + 2
+    assert not (Path(job.run_dir) / "launch").exists()
 
 
 def test_failed_job_reports_error(ray_cluster: Any, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ def _cluster(nodes: list[dict[str, float]]) -> Any:
     rows = [{"state": "ALIVE", "resources_total": n} for n in nodes]
     rows.append({"state": "DEAD", "resources_total": {"CPU": 64.0, "GPU": 8.0}})
     cluster._get = lambda path, timeout=10.0: {"data": {"result": {"result": rows}}}
+    cluster.shared_paths = ("/",)  # it sees this disk (the model folder, the run root): no probe job
     return cluster
 
 
@@ -45,6 +46,9 @@ def test_plan_shows_the_estimate_beside_the_clusters_devices(model: Path, tmp_pa
     assert "cluster has: nodes 2, CPU 56, GPU 4" in text and "one rank has: RankCapacity(GPU 24.0 GiB" in text
     assert "policy fsdp2 over 4 ranks" in text and "5.8 GiB on the device" in text
     assert "<table>" in plan._repr_html_() and "asks for:" in plan._repr_html_()
+    assert "engine code: shipped with the job as Ray py_modules (skyrl_core from" in text
+    assert "config: travels in the submission (" in text
+    assert f"run store: {tmp_path} (a folder this cluster sees at the same path)" in text
 
 
 def test_plan_refuses_ranks_that_cannot_fit(model: Path, tmp_path: Path) -> None:

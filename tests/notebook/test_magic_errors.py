@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from IPython.core.error import UsageError
 
 # (what is wrong, line, cell body or None, a fragment the message must contain)
@@ -100,11 +101,11 @@ def test_good_launch_reaches_the_spy(guarded: Any, spy_cluster: Any, tmp_path: P
                                  "trainer:\n  max_training_steps: 3\ngenerator.n_samples_per_prompt: 16\n")
     (sub,) = spy_cluster.client.submitted
     assert sub["submission_id"] == "good" and job.run_id == "good"
-    assert "-m fake_engine train --config" in sub["entrypoint"] or "-m skyrl_engine train --config" in sub["entrypoint"]
-    staged = Path(sub["entrypoint"].rsplit(" ", 1)[1])
+    assert sub["entrypoint"].endswith(("-m fake_engine train --config env:SKYRL_NB_CONFIG",
+                                       "-m skyrl_engine train --config env:SKYRL_NB_CONFIG"))
     from skyrl_core.config import load_config
 
-    cfg = load_config(str(staged))
+    cfg = load_config(yaml.safe_load(sub["runtime_env"]["env_vars"]["SKYRL_NB_CONFIG"]))
     assert cfg.trainer.seed == 7 and cfg.trainer.max_training_steps == 3
     assert cfg.generator.n_samples_per_prompt == 16
     assert cfg.run.run_root == str(tmp_path / "runs")
