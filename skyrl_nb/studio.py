@@ -148,3 +148,23 @@ def execution_role(session: Any = None) -> str:
     session = session or boto3.Session(region_name=s.region)
     arn = session.client("sts", region_name=s.region or session.region_name).get_caller_identity()["Arn"]
     return assumed_role_to_role_arn(arn)
+
+
+#: Where runs go in Studio when the cluster is elsewhere and no run root was given: ``s3://<bucket>/<this>``.
+DEFAULT_RUN_PREFIX = "skyrl-runs"
+
+
+def default_run_root() -> str:
+    """``s3://<SageMaker default bucket>/skyrl-runs``: the SageMaker SDK session's default bucket
+    (``sagemaker-<region>-<account>``, made if missing; the SDK's config can name another). The SDK is
+    imported only here. RuntimeError (one line) when it is not installed."""
+    try:
+        from sagemaker.core.helper.session_helper import Session  # sagemaker 3 (sagemaker-core)
+    except ImportError:
+        try:
+            from sagemaker import Session  # sagemaker 2
+        except ImportError:
+            raise RuntimeError("run.run_root: no run root was given and the cluster is not on this machine; the "
+                               "default s3://<SageMaker default bucket>/skyrl-runs needs the SageMaker SDK "
+                               "(pip install sagemaker-core), or give run.run_root=s3://<bucket>/<prefix>") from None
+    return f"s3://{Session().default_bucket()}/{DEFAULT_RUN_PREFIX}"

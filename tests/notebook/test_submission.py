@@ -106,3 +106,25 @@ def test_resume_takes_the_config_from_rays_job_info(remote_spy: Any, tmp_path: P
     assert resumed.submission_id == "res-r1" and cfg.trainer.seed == 11 and cfg.trainer.resume_mode == "latest"
     assert {Path(p).name for p in remote_spy.client.submitted[1]["runtime_env"]["py_modules"]} == \
         {"skyrl_core", "skyrl_engine"}
+
+
+def test_studio_default_run_root_is_sagemakers_bucket(s3: Any, spy_cluster: Any, monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """In Studio, a cluster elsewhere and no run root given: s3://<SageMaker default bucket>/skyrl-runs, through
+    the SageMaker SDK's session (its STS and S3 calls answered by the local moto server)."""
+    from skyrl_core.runs import RunReader
+
+    session_helper = pytest.importorskip("sagemaker.core.helper.session_helper")
+
+    monkeypatch.setenv("SKYRL_NB_STUDIO", "1")
+    # the SDK names STS's regional endpoint itself: point it at the local server (the account id for the bucket)
+    monkeypatch.setattr(session_helper, "sts_regional_endpoint", lambda region: s3.endpoint)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the default ~/skyrl-runs is not the user's
+    spy_cluster.shared_paths = ()  # a cluster elsewhere
+    plan_cfg, line = spy_cluster.run_store(load_config("quickstart"))
+    assert plan_cfg.run.run_root == "s3://sagemaker-us-east-1-123456789012/skyrl-runs"
+    assert "SageMaker's default bucket: no run root was given" in line
+    job = spy_cluster.launch("quickstart", run_id="in-studio")
+    assert job.run_dir == "s3://sagemaker-us-east-1-123456789012/skyrl-runs/in-studio"
+    assert RunReader(job.run_dir).status()["state"] == "pending"  # written there before submitting
+    assert not (tmp_path / "skyrl-runs").exists()
