@@ -179,6 +179,8 @@ class Dashboard:
             self.series.add_events(self.reader.poll_events())
             status = self.reader.status()
             self.state = LOST if status.get("lost") else str(status.get("state", RunState.PENDING))
+            if self.state in FINAL_STATES and self.job is not None and not self._owned(status):
+                self.state = RunState.PENDING  # a resume: the earlier attempt's end, before this job's start
             self.step = int(status.get("step") or (self.series.data["step"][-1] if self.series.data["step"] else 0))
             self.total_steps = status.get("total_steps") or self.total_steps
             self.error = status.get("error") or self.error
@@ -189,6 +191,12 @@ class Dashboard:
                     self.error = self.error or error
             self._render()
             return len(rows)
+
+    def _owned(self, status: dict[str, Any]) -> bool:
+        try:
+            return self.job.owns_status(status)
+        except Exception:  # Ray unreachable: believe the run store
+            return True
 
     def _check_job(self) -> None:
         """Ask Ray (every 2 s) whether the job ended without the engine saying so: a crash at import,

@@ -107,17 +107,25 @@ class Job:
             return state, None
         ray_message = " ".join(str(info.message or "").split())[:300] or None
         run = self._run_status()
-        started_ms = getattr(info, "start_time", None)
         beat = run.get("heartbeat")
         if run.get("state") != RunState.RUNNING or not isinstance(beat, (int, float)):
             return state, ray_message if state == RunState.FAILED else None
-        if isinstance(started_ms, (int, float)) and beat * 1000 < started_ms - 1000:
+        if not self.owns_status(run):
             return state, ray_message  # status.json is an earlier submission's: not this job's word
         if state == RunState.FAILED:
             said = f" ({ray_message})" if ray_message else ""
             return LOST, f"Ray says the job failed{said}, but the run never recorded an end"
         gone = process_gone(run) if self.cluster.runs_here else None
         return (LOST, gone) if gone else (state, None)
+
+    def owns_status(self, run_status: dict[str, Any]) -> bool:
+        """Whether the run's status.json was written during this submission: after a resume, the earlier
+        attempt's final status (its heartbeat older than this job's start) is not this job's word."""
+        started_ms = getattr(self._info or self.info(), "start_time", None)
+        beat = run_status.get("heartbeat")
+        if not isinstance(started_ms, (int, float)) or not isinstance(beat, (int, float)):
+            return True
+        return beat * 1000 >= started_ms - 1000
 
     def _run_status(self) -> dict[str, Any]:
         """The run's status.json as a dict; {} when it is missing or unreadable."""

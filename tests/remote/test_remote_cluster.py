@@ -1,0 +1,114 @@
+"""End to end with a cluster that shares no disk with the notebook (issue 14's done-when).
+
+The "remote" Ray head runs in its own mount namespace (tests/remote_head.py): the checkout, this test's
+temp folders and the notebook's interpreter path do not exist there. The run store is on a real S3 API
+(moto's server on 127.0.0.1, tests/s3_server.py). From this process, as a notebook would:
+``connect`` + ``launch(run_root="s3://...")``; the job finds its config (in the submission) and its code
+(Ray py_modules), writes the run store to S3, the dashboard gains points while it runs, the inspector
+opens a step, ``stop()`` and ``resume()`` go through the S3 checkpoint, and every step is there once.
+A local run root is refused before any training job is submitted, in one line.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remote_head import can_unshare, remote_ray_head
+
+pytestmark = pytest.mark.slow
+
+STEPS = 8
+SMALL = [f"trainer.max_training_steps={STEPS}", "trainer.ckpt_interval=2", "trainer.eval_interval=0",
+         "trainer.eval_before_train=false"]
+
+
+@pytest.fixture(scope="module")
+def remote(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    why = can_unshare()
+    if why:
+        pytest.skip(f"a remote head needs its own mount namespace: {why}")
+    repo = Path(__file__).resolve().parents[2]
+    with remote_ray_head([repo, tmp_path_factory.getbasetemp()], env=s3_server.env) as head:
+        yield head
+
+
+def _follow(dash: Any, job: Any, until: Any, timeout: float = 300.0) -> list[tuple[str, int]]:
+    """Refresh the dashboard every 0.5 s until ``until(dash)``; the (state, points) it saw."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dash.refresh()
+        seen.append((dash.state, dash.points))
+        if until(dash):
+            return seen
+        time.sleep(0.5)
+    pytest.fail(f"{job.submission_id}: still {dash.state} at {dash.points} points after {timeout} s; "
+                f"logs: {job.logs(tail=30)}")
+
+
+def test_notebook_and_cluster_share_no_disk(remote: Any, s3: Any, tmp_path: Path) -> None:
+    from skyrl_core.config import ConfigError
+    from skyrl_core.runs import RunReader
+    from skyrl_nb.cluster import connect
+    from skyrl_nb.dashboard import Dashboard
+    from skyrl_widgets.inspector import TrajectoryInspector
+
+    cluster = connect(remote.address, token=remote.token)
+    assert cluster.code == "ship" and not cluster.runs_here
+
+    # a local run root: probed, refused in one line; no training job, nothing written
+    local_root = tmp_path / "runs"
+    with pytest.raises(ConfigError) as refused:
+        cluster.launch("quickstart", overrides=[f"run.run_root={local_root}", *SMALL], run_id="on-my-disk")
+    (line,) = refused.value.problems
+    assert line.startswith(f"run.run_root: {str(local_root)!r} is on this notebook's disk, which the cluster at "
+                           f"{cluster.address} cannot see")
+    assert cluster.jobs() == [] and not local_root.exists()
+
+    # the checkout is not there: without shipping the engine, the job cannot even import it
+    root = f"s3://{s3.bucket}/remote-{uuid.uuid4().hex[:8]}"
+    unshipped = cluster.launch("quickstart", overrides=[f"run.run_root={root}", *SMALL], run_id="no-code",
+                               code="installed")
+    assert unshipped.wait(timeout=120) in ("failed", "lost")
+    assert "No module named skyrl_engine" in unshipped.logs() or "No module named 'skyrl_engine'" in unshipped.logs()
+
+    plan = repr(cluster.plan("quickstart", overrides=[f"run.run_root={root}", *SMALL]))
+    assert "engine code: shipped with the job as Ray py_modules (skyrl_core from" in plan
+    assert f"run store: {root} (an object store" in plan
+
+    job = cluster.launch("quickstart", overrides=[f"run.run_root={root}", *SMALL], run_id="e2e")
+    assert job.run_dir == f"{root}/e2e"
+    dash = Dashboard(job, static=True)
+    seen = _follow(dash, job, lambda d: d.points >= 3 or d.finished)
+    running = sorted({points for state, points in seen if state == "running"})
+    assert len(running) >= 2, seen  # points arrived while the job ran
+    assert job.stop() is True
+    assert job.wait(timeout=120) == "stopped"
+    dash.refresh()
+    stopped_at = dash.step
+    assert 3 <= stopped_at < STEPS, (stopped_at, job.logs(tail=20))
+
+    inspector = TrajectoryInspector(job.run, static=True, auto_refresh=0)
+    inspector.show_step(2)
+    assert inspector.view["step"] == 2 and inspector.view["samples"] > 0 and inspector.view["groups"]
+
+    resumed = job.resume()
+    assert resumed.submission_id == "e2e-r1" and resumed.run_dir == job.run_dir
+    dash2 = Dashboard(resumed, static=True)
+    _follow(dash2, resumed, lambda d: d.finished)
+    assert dash2.state == "succeeded", resumed.logs(tail=30)
+
+    run = RunReader(job.run_dir)
+    assert [row["step"] for row in run.metrics()] == list(range(1, STEPS + 1))  # every step exactly once
+    assert run.trajectory_steps() == list(range(1, STEPS + 1))
+    assert dash2.series.data["step"] == list(range(1, STEPS + 1))
+    resumes = [e for e in run.events() if e["kind"] == "resumed"]
+    assert len(resumes) == 1 and resumes[0]["path"].startswith(f"{root}/e2e/checkpoints/global_step_")
+    assert resumes[0]["step"] <= stopped_at
+    assert run.store.folders("checkpoints")[-1] == f"global_step_{STEPS}"
+    assert not (Path(remote.base) / "home" / "skyrl-runs").exists()  # nothing went to the cluster's disk either
