@@ -91,6 +91,13 @@ class Precision(StrEnum):
     BF16, FP16, FP32 = "bf16", "fp16", "fp32"
 
 
+class Engine(StrEnum):
+    """``run.engine``: who trains. ``skyrl_nb`` is this project's engine (``python -m skyrl_engine train``);
+    ``skyrl`` runs SkyRL's own trainer through the bridge (``python -m skyrl_engine.skyrl_bridge``) with the
+    config translated by :mod:`skyrl_core.skyrl_translate`, behind the same run store."""
+    SKYRL_NB, SKYRL = "skyrl_nb", "skyrl"
+
+
 class RunState(StrEnum):
     """A run's ``state`` in ``status.json`` (and a job's, lower-cased from Ray's)."""
     PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "pending", "running", "succeeded", "failed", "stopped"

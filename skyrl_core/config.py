@@ -35,6 +35,7 @@ from skyrl_core.choices import (
     AdvantageEstimator,
     Backend,
     DynamicSampling,
+    Engine,
     KLController,
     KLEstimator,
     LoraInit,
@@ -329,11 +330,13 @@ class EnvironmentConfig(_Section):
 
 
 class RunConfig(_Section):
-    """skyrl-nb's own keys: where the run store lives."""
+    """skyrl-nb's own keys: where the run store lives, and which engine trains."""
 
     run_root: str = "~/skyrl-runs"  # checked by skyrl_core.runs.run_root_problem, launch's own rule
     run_id: str | None = None
     store_token_data: bool = True
+    # skyrl: SkyRL's own trainer through skyrl_engine.skyrl_bridge (skyrl_core.skyrl_translate, docs/skyrl.md)
+    engine: Engine = Engine.SKYRL_NB
 
     @field_validator("run_id")
     @classmethod
@@ -373,6 +376,18 @@ class JobConfig(_Section):
     def to_dotted(self) -> dict[str, Any]:
         """The config as a flat ``{"trainer.seed": 42, ...}`` mapping."""
         return _flatten(self.to_dict())
+
+    def to_skyrl(self) -> Any:
+        """This config as SkyRL's own: a :class:`skyrl_core.skyrl_translate.SkyrlTranslation` holding the dotted
+        overrides ``SkyRLTrainConfig.from_cli_overrides`` reads, what changed on the way and why, and the bridge's
+        command line. Raises ConfigError (one line per key SkyRL cannot take) when it cannot run on SkyRL.
+
+        >>> load_config("quickstart", ["run.run_id=r1"]).to_skyrl().overrides["trainer.strategy"]
+        'fsdp'
+        """
+        from skyrl_core.skyrl_translate import translate
+
+        return translate(self).check()
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -1037,6 +1052,7 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozens
          lambda: _listed(None if t.ckpt_path is None
                          else run_root_problem(t.ckpt_path, key="trainer.ckpt_path", check_files=check_files))),
         (("trainer.resume_mode", "trainer.resume_path"), lambda: _resume_path_problems(cfg, check_files)),
+        (("run.engine",), lambda: _skyrl_engine_problems(cfg)),
     ]
     found: list[str] = []
     for keys, check in checks:
@@ -1044,6 +1060,15 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozens
             continue
         found.extend(check())
     return found
+
+
+def _skyrl_engine_problems(cfg: JobConfig) -> list[str]:
+    """With ``run.engine=skyrl``: what SkyRL's trainer cannot take (``skyrl_core.skyrl_translate``)."""
+    if cfg.run.engine != Engine.SKYRL:
+        return []
+    from skyrl_core.skyrl_translate import translate
+
+    return translate(cfg).problems
 
 
 def _listed(problem: str | None) -> list[str]:
