@@ -15,7 +15,7 @@ ENGINE_MODULES = (
     "skyrl_engine.trainer", "skyrl_engine.workers", "skyrl_engine.generator", "skyrl_engine.multiturn",
     "skyrl_engine.policy", "skyrl_engine.critic", "skyrl_engine.algorithms", "skyrl_engine.dapo",
     "skyrl_engine.async_pipeline", "skyrl_engine.placement", "skyrl_engine.vllm_engine", "skyrl_engine.__main__",
-    "skyrl_engine.tasks", "skyrl_engine.sampler", "skyrl_engine.checkpoint",
+    "skyrl_engine.tasks", "skyrl_engine.sampler", "skyrl_engine.checkpoint", "skyrl_engine.skyrl_bridge",
 )
 ABSENT = ("ipywidgets", "anywidget", "plotly", "skyrl_nb", "skyrl_widgets")
 

@@ -1,0 +1,554 @@
+"""SkyRL's own trainer behind skyrl-nb's run store: ``python -m skyrl_engine.skyrl_bridge``.
+
+    python -m skyrl_engine.skyrl_bridge --run-dir DIR [--no-token-data] key=value ...   # SkyRL's dotted keys
+    python -m skyrl_engine.skyrl_bridge --probe       # one JSON line: is SkyRL importable here, which version
+
+A config with ``run.engine: skyrl`` launches this (``skyrl_core.skyrl_translate`` writes the ``key=value``
+words; ``%skyrl launch --engine skyrl --dry-run`` prints the line). It runs SkyRL's experiment
+(``skyrl.train.entrypoints.main_base.BasePPOExp``, subclassed in ``skyrl_classes.py``) in this process,
+with SkyRL's Ray actors doing the GPU work, and:
+
+- :class:`RunStoreTracker` is SkyRL's tracker: each ``tracker.log(metrics, step)`` becomes a metrics line
+  with SkyRL's own names (step 0, eval before training, becomes an ``eval`` event), the status gets a
+  heartbeat every few seconds, checkpoints and evals become events, and the end (or the failure, with its
+  traceback) becomes the final status;
+- :func:`trajectory_rows` turns each step's SkyRL ``GeneratorOutput`` (with the advantages SkyRL computed)
+  into a trajectory part in the run store's schema: prompt, response, reward, advantage, the sampler's
+  log-probs, ``turns`` for multi-turn episodes.
+
+skyrl-nb's ``builtin://`` datasets and models are resolved here first (:func:`resolve_args`): datasets are
+written as Parquet files in SkyRL's format in the engine's cache, models become local Hugging Face
+directories (SkyRL reads local files only). SkyRL itself is imported only by :func:`main` and
+``skyrl_classes.py``; this module's pieces run with or without it.
+
+Exit codes: 0 done, 1 the run failed (status ``failed``, traceback in events.jsonl), 2 SkyRL is missing or
+refused the config (one line on stderr and in status.json), 3 ``--probe`` found no usable SkyRL, 143 stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_NO_SKYRL, EXIT_STOPPED = 0, 1, 2, 3, 143
+HEARTBEAT_S = 5.0
+Decode = Callable[[list[int], bool], str]
+"""``decode(token_ids, skip_special_tokens) -> text`` (a tokenizer's ``decode``)."""
+
+
+class JobStopped(BaseException):
+    """SIGTERM (Ray's job stop). A BaseException: SkyRL's ``BasePPOExp.run`` records every ``Exception`` as a
+    failure before re-raising it, and a requested stop is not one."""
+
+
+# ------------------------------------------------------------------------------------------ the tracker
+
+
+class RunStoreTracker:
+    """SkyRL's tracker interface (``log``, ``finish``, ``log_exception``, ``log_samples_to_table``), writing
+    skyrl-nb's run store at ``run_dir``; ``inner`` (SkyRL's own ``Tracking``, e.g. its console logger) gets
+    every call too.
+
+    ``policy_gpus`` turns SkyRL's ``trainer/tokens_per_second_per_gpu`` into the dashboard's
+    ``trainer/tokens_per_second`` (see :func:`dashboard_aliases`); ``heartbeat_s`` is how often the status is
+    refreshed while SkyRL trains.
+
+    >>> tracker = RunStoreTracker("/tmp/runs/demo")                     # doctest: +SKIP
+    >>> tracker.started(total_steps=10); tracker.log({"reward/avg_raw_reward": 0.5}, step=1)  # doctest: +SKIP
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, inner: Any = None, policy_gpus: int = 1,
+                 heartbeat_s: float = HEARTBEAT_S):
+        from skyrl_core.runs import RunWriter
+
+        self.writer = RunWriter(run_dir)
+        self.inner = inner
+        self.policy_gpus = max(1, int(policy_gpus))
+        self.step = 0
+        self.ended: str | None = None
+        self._lock = threading.Lock()
+        self._heartbeat_s = heartbeat_s
+        self._stop_beat = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    @property
+    def run_dir(self) -> str:
+        return str(self.writer.run_dir)
+
+    def __repr__(self) -> str:
+        return f"RunStoreTracker(run_dir={self.run_dir!r}, step={self.step}, ended={self.ended!r})"
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def _status(self, state: str | None = None, **fields: Any) -> None:
+        with self._lock:
+            self.writer.set_status(state, **fields)
+
+    def pending(self) -> None:
+        """The job's process is up (status ``pending`` with its pid)."""
+        self._status("pending", pid=os.getpid())
+
+    def started(self, total_steps: int | None, resumed_from: int = 0, **info: Any) -> None:
+        """Training begins (after a resume from ``resumed_from``): status running, a heartbeat, a started event."""
+        self.step = resumed_from
+        fields = {"step": resumed_from, "pid": os.getpid()}
+        if total_steps is not None:
+            fields["total_steps"] = int(total_steps)
+        self._status("running", **fields)
+        if resumed_from == 0:
+            self.writer.log_event("started", step=0, total_steps=total_steps, engine="skyrl", **info)
+        if self._beat is None:
+            self._beat = threading.Thread(target=self._heartbeat_loop, name="run-store-heartbeat", daemon=True)
+            self._beat.start()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop_beat.wait(self._heartbeat_s):
+            try:
+                self._status()
+            except OSError:
+                pass
+
+    def _end(self, state: str, **fields: Any) -> bool:
+        """Record the final state once; False when the run already ended."""
+        if self.ended is not None:
+            return False
+        self.ended = state
+        self._stop_beat.set()
+        if self._beat is not None:
+            self._beat.join(timeout=self._heartbeat_s + 5.0)
+        self._status(state, step=self.step, **fields)
+        return True
+
+    # -- SkyRL's tracker interface ------------------------------------------------------------------
+    def log(self, data: Mapping[str, Any], step: int, commit: bool = False) -> None:
+        """One of SkyRL's ``tracker.log`` calls: a metrics line for ``step`` (SkyRL's names, plus the dashboard's
+        aliases), an ``eval`` event when the payload carries ``eval/*``; step 0 (eval before training) is an
+        ``eval`` event only (metric lines count steps from 1)."""
+        metrics = {k: _plain(v) for k, v in data.items()}
+        evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        if step > 0:
+            self.writer.log_metrics(step, {**metrics, **dashboard_aliases(metrics, self.policy_gpus)})
+            self.step = max(self.step, int(step))
+            self._status("running", step=self.step)
+        if evals or step == 0:
+            self.writer.log_event("eval", step=int(step), **(evals if step > 0 else metrics))
+        if self.inner is not None:
+            self.inner.log(data, step=step, commit=commit)
+
+    def finish(self) -> None:
+        """SkyRL's end of training: status succeeded and a finished event (nothing after a failure or stop)."""
+        if self._end("succeeded"):
+            self.writer.log_event("finished", step=self.step, state="succeeded")
+        if self.inner is not None:
+            self.inner.finish()
+
+    def log_exception(self, e: BaseException, step: int = 0) -> None:
+        """The run failed: an error event with the traceback, status failed naming the error (once)."""
+        text = f"{type(e).__name__}: {e}"
+        self.step = max(self.step, int(step or 0))
+        if self._end("failed", error=text):
+            self.writer.log_event("error", step=self.step, error=text, traceback=traceback.format_exc()[-10000:])
+        if self.inner is not None:
+            self.inner.log_exception(e, step=step)
+
+    def log_samples_to_table(self, key: str, columns: list[str], samples: list[tuple[Any, ...]], step: int) -> None:
+        """SkyRL's wandb sample tables: the run store keeps whole trajectory parts instead; passed to ``inner``."""
+        if self.inner is not None:
+            self.inner.log_samples_to_table(key, columns, samples, step)
+
+    # -- what the bridge's trainer adds ------------------------------------------------------------------
+    def stopped(self) -> None:
+        """A requested stop (SIGTERM): status stopped and a finished event."""
+        if self._end("stopped"):
+            self.writer.log_event("finished", step=self.step, state="stopped")
+
+    def refused(self, message: str) -> None:
+        """The job could not start (no SkyRL, a config SkyRL refused): status failed with the one line."""
+        if self._end("failed", error=message):
+            self.writer.log_event("error", step=self.step, error=message)
+
+    def checkpoint_saved(self, step: int, path: str) -> None:
+        self.writer.log_event("checkpoint_saved", step=int(step), path=str(path))
+
+    def write_trajectories(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """One trajectory part for ``step`` (atomic); a part that cannot be written is a warning, not a failure."""
+        try:
+            self.writer.write_trajectories(int(step), rows)
+        except Exception as err:  # the run store must not stop SkyRL's training
+            self.writer.log_event("warning", step=int(step), message=f"trajectory part not written: "
+                                                                      f"{type(err).__name__}: {err}")
+
+
+def _plain(value: Any) -> Any:
+    """A metric value as JSON takes it: torch / numpy scalars and one-element arrays (SkyRL's rollout metrics
+    hold some, e.g. ``np.zeros(1)``) become Python numbers."""
+    if hasattr(value, "item"):
+        try:
+            return value.item()
+        except (ValueError, RuntimeError):  # more than one element: left to the writer (a list)
+            return value
+    return value
+
+
+def dashboard_aliases(metrics: Mapping[str, Any], policy_gpus: int = 1) -> dict[str, Any]:
+    """The one name skyrl-nb's dashboard reads that SkyRL 0.3.0 spells otherwise, added beside SkyRL's own:
+    ``trainer/tokens_per_second`` = SkyRL's ``trainer/tokens_per_second_per_gpu`` × policy GPUs (kept when
+    the payload has it already). Every other name the dashboard draws (``reward/avg_raw_reward``,
+    ``reward/avg_pass_at_{n}``, ``timing/{generate,policy_train,sync_weights,save_checkpoints}``,
+    ``eval/all/avg_score``) is SkyRL's own.
+
+    >>> dashboard_aliases({"trainer/tokens_per_second_per_gpu": 100.0}, policy_gpus=4)
+    {'trainer/tokens_per_second': 400.0}
+    """
+    per_gpu = metrics.get("trainer/tokens_per_second_per_gpu")
+    if "trainer/tokens_per_second" in metrics or not isinstance(per_gpu, (int, float)):
+        return {}
+    return {"trainer/tokens_per_second": per_gpu * policy_gpus}
+
+
+# ------------------------------------------------------------------------------------------ trajectories
+
+
+def sample_inputs(input_batch: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{instance_id: {"env_class", "data_source"}}`` from one SkyRL ``GeneratorInput`` (what the generator
+    output no longer says; :func:`trajectory_rows` reads it back by the sample's ``TrajectoryID``)."""
+    ids = input_batch.get("trajectory_ids") or []
+    envs = input_batch.get("env_classes") or []
+    extras = input_batch.get("env_extras") or [None] * len(ids)
+    return {tid.instance_id: {"env_class": env, "data_source": (extra or {}).get("data_source")}
+            for tid, env, extra in zip(ids, envs, extras, strict=False)}
+
+
+def _spans(mask: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(start, end, value)`` runs of equal values in a 0/1 mask."""
+    spans: list[tuple[int, int, int]] = []
+    for i, v in enumerate(mask):
+        v = int(v)
+        if spans and spans[-1][2] == v:
+            spans[-1] = (spans[-1][0], i + 1, v)
+        else:
+            spans.append((i, i + 1, v))
+    return spans
+
+
+def _rows_of(tensor: Any) -> list[list[float]]:
+    return tensor.tolist() if hasattr(tensor, "tolist") else [list(row) for row in tensor]
+
+
+def trajectory_rows(step: int, output: Mapping[str, Any], uids: Sequence[str], advantages_BT: Any,
+                    decode: Decode, *, inputs: Mapping[str, Mapping[str, Any]] | None = None,
+                    default_env_class: str = "", store_token_data: bool = True,
+                    multi_turn: bool = False) -> list[dict[str, Any]]:
+    """One run-store row per sample of a SkyRL ``GeneratorOutput`` (docs/architecture.md "The run store").
+
+    ``uids`` are SkyRL's prompt ids per sample; ``advantages_BT`` is SkyRL's ``advantages`` tensor for the
+    same samples (extra padding rows after them are ignored), RIGHT-aligned as SkyRL lays response tensors
+    out: sample b's L response tokens are its last L columns. ``inputs`` comes from :func:`sample_inputs`.
+    With ``multi_turn`` the loss mask's runs become ``turns`` (1: the model's, 0: the environment's tokens).
+    The reward is the sample's (a per-token reward list is summed); the advantage is its first response
+    token's, as skyrl-nb's engine stores it.
+    """
+    advantages = _rows_of(advantages_BT)
+    ids = output.get("trajectory_ids")
+    stops = output.get("stop_reasons")
+    logprobs = output.get("rollout_logprobs")
+    if ids:
+        instances, repetitions = [t.instance_id for t in ids], [t.repetition_id for t in ids]
+    else:  # SkyRL numbers a prompt's samples by repetition_id; count them when there are no trajectory ids
+        instances, repetitions, seen = list(uids), [], {}
+        for instance in instances:
+            repetitions.append(seen.get(instance, 0))
+            seen[instance] = repetitions[-1] + 1
+    numeric = all(str(i).isdigit() for i in instances)
+    rows = []
+    for b, response in enumerate(output["response_ids"]):
+        length = len(response)
+        adv_row = advantages[b]
+        token_adv = [float(x) for x in adv_row[len(adv_row) - length:]] if length else []
+        reward = output["rewards"][b]
+        info = (inputs or {}).get(instances[b], {})
+        row: dict[str, Any] = {
+            "step": int(step),
+            "uid": f"{step}-{instances[b]}-{repetitions[b]}",
+            "group": int(instances[b]) if numeric else str(instances[b]),
+            "prompt": decode(list(output["prompt_token_ids"][b]), False),
+            "response": decode(list(response), True),
+            "reward": float(sum(reward)) if isinstance(reward, (list, tuple)) else float(reward),
+            "advantage": token_adv[0] if token_adv else 0.0,
+            "num_tokens": length,
+            "finish_reason": stops[b] if stops else None,
+            "env_class": info.get("env_class") or default_env_class,
+            "data_source": info.get("data_source") or "unknown",
+            "discarded_reason": None,
+        }
+        if store_token_data:
+            row["token_ids"] = [int(t) for t in response]
+            row["token_logprobs"] = [float(x) for x in logprobs[b]] if logprobs else None
+            row["token_advantages"] = token_adv
+        if multi_turn:
+            turns = [{"role": "assistant" if value else "user", "content": decode(list(response[s:e]), True),
+                      "token_start": s, "token_end": e} for s, e, value in _spans(output["loss_masks"][b])]
+            row["turns"] = json.dumps(turns)
+            row["num_turns"] = sum(1 for t in turns if t["role"] == "assistant")
+        rows.append(row)
+    return rows
+
+
+def apply_overlong_penalty(output: dict[str, Any], max_len: int, buffer_len: int, penalty_factor: float) -> None:
+    """DAPO's soft overlong penalty on a SkyRL ``GeneratorOutput``'s per-sample rewards, in place, before
+    dynamic sampling sees them (where skyrl-nb's engine applies it; ``skyrl_engine.dapo.soft_overlong_penalty``).
+    Per-token reward lists are left alone."""
+    from skyrl_engine.dapo import soft_overlong_penalty
+
+    rewards = output["rewards"]
+    if buffer_len <= 0 or not rewards or isinstance(rewards[0], (list, tuple)):
+        return
+    lengths = [len(r) for r in output["response_ids"]]
+    output["rewards"] = soft_overlong_penalty(list(rewards), lengths, max_len, buffer_len, penalty_factor)
+
+
+# ------------------------------------------------------------------------------------------ builtin:// inputs
+
+
+def _parse_words(words: Sequence[str]) -> dict[str, Any]:
+    import yaml
+
+    parsed = {}
+    for word in words:
+        key, sep, raw = word.partition("=")
+        if not sep:
+            raise ValueError(f"{word!r} is not key=value (SkyRL's dotted keys, e.g. trainer.seed=3)")
+        try:
+            parsed[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            parsed[key.strip()] = raw
+    return parsed
+
+
+def resolve_args(words: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """SkyRL's ``key=value`` words with skyrl-nb's ``builtin://`` inputs made into files SkyRL reads.
+
+    - each ``builtin://`` dataset in ``data.train_data`` / ``data.val_data`` is written once as a Parquet file
+      in SkyRL's row format under the engine's cache (``skyrl_engine.models.cache_root()/skyrl-data``; SkyRL
+      reads it in this process), with ``max_turns`` from ``generator.max_turns`` added to rows that lack it,
+      as skyrl-nb's agent loop does;
+    - a ``builtin://`` or ``.gguf`` ``trainer.policy.model.path`` (and critic's) becomes a local Hugging Face
+      directory (``skyrl_engine.models.resolve_model_path``: the tiny model is warm-started on the train rows);
+    - the built-in text2sql databases become ``environment.skyrl_gym.text2sql.db_path`` unless it is given;
+    - unless given, ``trainer.max_prompt_length`` becomes the longest prompt of the data (chat template applied,
+      as SkyRL's filter counts it), so SkyRL drops no prompt (skyrl-nb's engine drops none), and with
+      ``generator.max_turns > 1`` ``generator.max_input_length`` becomes the model's context minus
+      ``max_generate_length`` (skyrl-nb's agent loop ends an episode when the sequence reaches the context).
+
+    Returns ``(words, resolved)``: the words to hand SkyRL and ``{key: new value}`` for what changed.
+    """
+    from skyrl_core.skyrl_translate import skyrl_value
+    from skyrl_engine.models import cache_root
+    from skyrl_engine.tasks import BUILTIN_PREFIX, load_prompts, read_rows, write_rows
+
+    values = _parse_words(words)
+    resolved: dict[str, Any] = {}
+    max_turns = int(values.get("generator.max_turns") or 1)
+    for key in ("data.train_data", "data.val_data"):
+        paths = values.get(key) or []
+        paths = [paths] if isinstance(paths, str) else list(paths)
+        files = []
+        for path in paths:
+            if not str(path).startswith(BUILTIN_PREFIX):
+                files.append(path)
+                continue
+            name = str(path)[len(BUILTIN_PREFIX):].replace("/", "-")
+            target = os.path.join(cache_root(), "skyrl-data", f"{name}-max_turns{max_turns}.parquet")
+            if not os.path.exists(target):  # the built-in sets are fixed (seeded): made once, then reused
+                rows = [{"max_turns": max_turns, **row} for row in read_rows(str(path))] if max_turns > 1 \
+                    else read_rows(str(path))
+                partial = f"{target}.{os.getpid()}.tmp.parquet"
+                write_rows(partial, rows)
+                os.replace(partial, target)
+            files.append(target)
+        if files != paths:
+            resolved[key] = files
+    if any(str(p).startswith("builtin://text2sql/") for k in ("data.train_data", "data.val_data")
+           for p in (values.get(k) or [])) and "environment.skyrl_gym.text2sql.db_path" not in values:
+        from skyrl_engine.tasks import env_configs_from_environ
+        from skyrl_engine.text2sql_data import builtin_db_root
+
+        given = env_configs_from_environ().get("text2sql", {}).get("db_path")
+        resolved["environment.skyrl_gym.text2sql.db_path"] = given or builtin_db_root()
+    train_files = resolved.get("data.train_data", values.get("data.train_data") or [])
+    for key in ("trainer.policy.model.path", "trainer.critic.model.path"):
+        model = values.get(key)
+        if isinstance(model, str) and (model.startswith(BUILTIN_PREFIX) or model.endswith(".gguf")):
+            from skyrl_engine.models import resolve_model_path
+
+            rows = load_prompts(list(train_files), str(values.get("environment.env_class") or "arithmetic"))
+            resolved[key] = resolve_model_path(model, rows, int(values.get("trainer.seed") or 42))
+    model_dir = resolved.get("trainer.policy.model.path", values.get("trainer.policy.model.path"))
+    if isinstance(model_dir, str) and os.path.isdir(model_dir):
+        data = [*train_files, *resolved.get("data.val_data", values.get("data.val_data") or [])]
+        resolved.update(_prompt_limits(model_dir, data, values, max_turns))
+    out = [w for w in words if w.partition("=")[0].strip() not in resolved]
+    out += [f"{key}={skyrl_value(value)}" for key, value in resolved.items()]
+    return out, resolved
+
+
+def _prompt_limits(model_dir: str, data_files: Sequence[str], values: Mapping[str, Any],
+                   max_turns: int) -> dict[str, int]:
+    """``trainer.max_prompt_length`` (and, multi-turn, ``generator.max_input_length``) where not given; see
+    :func:`resolve_args`."""
+    from transformers import AutoTokenizer
+
+    from skyrl_engine.tasks import load_prompts
+
+    found: dict[str, int] = {}
+    if "trainer.max_prompt_length" not in values:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        rows = load_prompts([str(f) for f in data_files if os.path.exists(str(f))], "arithmetic")
+        lengths = [len(tokenizer.apply_chat_template(r.prompt, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False)) for r in rows]
+        if lengths:
+            found["trainer.max_prompt_length"] = max(lengths)
+    config = os.path.join(model_dir, "config.json")
+    if max_turns > 1 and "generator.max_input_length" not in values and os.path.exists(config):
+        with open(config) as f:
+            context = json.load(f).get("max_position_embeddings")
+        budget = int(values.get("generator.sampling_params.max_generate_length") or 1024)
+        prompt = found.get("trainer.max_prompt_length", int(values.get("trainer.max_prompt_length") or 512))
+        if isinstance(context, int) and context - budget >= prompt:
+            found["generator.max_input_length"] = context - budget
+    return found
+
+
+def resume_step(ckpt_path: str, resume_mode: str | None, resume_path: str | None) -> int:
+    """The step SkyRL will resume after (0: a fresh start), read as SkyRL reads it: ``latest`` from
+    ``<ckpt_path>/latest_ckpt_global_step.txt``, ``from_path`` from the ``global_step_N`` folder's name."""
+    import re
+
+    if resume_mode in (None, "none"):
+        return 0
+    if resume_mode == "from_path":
+        m = re.search(r"global_step_(\d+)", str(resume_path or ""))
+        return int(m.group(1)) if m else 0
+    try:
+        with open(os.path.join(os.path.expanduser(ckpt_path), "latest_ckpt_global_step.txt")) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+
+def probe() -> dict[str, Any]:
+    """Whether SkyRL's trainer imports in this Python: ``{"python", "skyrl", "expected", "error"}``
+    (``skyrl`` None and ``error`` one line when it does not)."""
+    from importlib import import_module, metadata
+
+    from skyrl_core.skyrl_translate import SKYRL_VERSION
+
+    report: dict[str, Any] = {"python": sys.version.split()[0], "skyrl": None, "expected": SKYRL_VERSION,
+                              "error": None}
+    try:
+        report["skyrl"] = metadata.version("skyrl")
+    except metadata.PackageNotFoundError:
+        report["error"] = "the skyrl package is not installed"
+        return report
+    try:
+        import_module("skyrl.train.entrypoints.main_base")
+    except Exception as err:  # one of SkyRL's own imports failing: its GPU packages, or this Python
+        report["error"] = _one_line(err)
+    return report
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", help="the run store to write (<run_root>/<run_id>)")
+    parser.add_argument("--no-token-data", action="store_true", help="no token_ids / token_logprobs columns")
+    parser.add_argument("--probe", action="store_true", help="print whether SkyRL imports here (one JSON line)")
+    parser.add_argument("overrides", nargs="*", help="SkyRL's dotted key=value overrides")
+    return parser
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise JobStopped(f"signal {signum}")
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:500]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run SkyRL's trainer into a run store; see the module docstring for the exit codes."""
+    args = _parser().parse_args(argv)
+    if args.probe:
+        report = probe()
+        print(json.dumps(report), flush=True)
+        return EXIT_OK if report["error"] is None else EXIT_NO_SKYRL
+    run_dir = args.run_dir or os.environ.get("SKYRL_NB_RUN_DIR")
+    if not run_dir:
+        print("--run-dir: missing; give the run store to write (<run_root>/<run_id>)", file=sys.stderr)
+        return EXIT_REFUSED
+    tracker = RunStoreTracker(run_dir)
+    tracker.pending()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _run(args, run_dir, tracker)
+    except (JobStopped, KeyboardInterrupt):
+        tracker.stopped()
+        return EXIT_STOPPED
+    except Exception as err:
+        tracker.log_exception(err, step=tracker.step)  # idempotent: SkyRL's run() may have recorded it
+        traceback.print_exc()
+        return EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run(args: argparse.Namespace, run_dir: str, tracker: RunStoreTracker) -> int:
+    try:
+        from skyrl.train.utils import validate_cfg
+        from skyrl.train.utils.utils import initialize_ray
+
+        from skyrl_engine.skyrl_classes import BridgeConfig, experiment_class
+    except Exception as err:  # noqa: BLE001 - any import failure means: no usable SkyRL here
+        return _refuse(tracker, f"SkyRL's trainer does not import in this Python ({sys.version.split()[0]}): "
+                                f"{_one_line(err)}; install skyrl[fsdp]==0.3.0 on the cluster (docs/skyrl.md)")
+    words, resolved = resolve_args(args.overrides)
+    try:
+        cfg = BridgeConfig.from_cli_overrides(words)
+        validate_cfg(cfg)
+    except (ValueError, AssertionError, TypeError) as err:
+        return _refuse(tracker, f"SkyRL refused the config: {_one_line(err)}")
+    if cfg.trainer.fully_async.enabled:
+        return _refuse(tracker, "trainer.fully_async.enabled: true is not run by the bridge (SkyRL's fully async "
+                                "trainer takes only rollout_is / dppo losses); allowed: false")
+    start = resume_step(cfg.trainer.ckpt_path, cfg.trainer.resume_mode, cfg.trainer.resume_path)
+    tracker.writer.truncate_after(start)
+    if start:
+        tracker.writer.log_event("resumed", step=start, path=os.path.join(cfg.trainer.ckpt_path, f"global_step_{start}"))
+    p = cfg.trainer.placement
+    tracker.policy_gpus = max(1, p.policy_num_nodes * p.policy_num_gpus_per_node)
+    print(f"[skyrl_bridge] SkyRL trainer into {run_dir}; resolved {sorted(resolved)}", flush=True)
+    initialize_ray(cfg)
+    exp = experiment_class()(cfg, tracker, store_token_data=not args.no_token_data, resumed_from=start,
+                             resolved=resolved)
+    exp.run()
+    tracker.finish()  # SkyRL's train() has called it already; a no-op then
+    return EXIT_OK
+
+
+def _refuse(tracker: RunStoreTracker, message: str) -> int:
+    print(message, file=sys.stderr, flush=True)
+    tracker.refused(message)
+    return EXIT_REFUSED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
