@@ -8,6 +8,7 @@
     %skyrl status [RUN]      %skyrl logs RUN [--tail N]     %skyrl stop RUN
     %skyrl resume RUN        %skyrl list                    %skyrl dashboard RUN     %skyrl inspect RUN
     %skyrl export RUN PATH [--step N]    (PATH: a new directory or s3://bucket/prefix)
+    %skyrl launch --engine skyrl --dry-run    (SkyRL's own trainer: print the exact command line, submit nothing)
 
 Settings: `%config SkyrlMagics.run_root = "/fsx/runs"` (also `preset`, `cluster`, `show_dashboard`,
 `log_tail`). `%skyrl -h` prints the commands. Every mistake is a one-line `UsageError`, raised
@@ -28,8 +29,9 @@ from traitlets import Bool, Integer, Unicode
 
 #: Each command and what it does (`%skyrl -h` prints these).
 COMMAND_HELP = {
-    "launch": "[--preset P] [--run-id ID] [key=value ...]: validate a config and submit it "
-              "(a %%skyrl cell body adds YAML overrides)",
+    "launch": "[--preset P] [--run-id ID] [--engine skyrl_nb|skyrl] [--dry-run] [key=value ...]: validate a "
+              "config and submit it (a %%skyrl cell body adds YAML overrides; --dry-run prints the job's command "
+              "line instead)",
     "status": "[RUN]: the job of RUN (default: the last one launched here)",
     "logs": "RUN [--tail N]: the job's output",
     "stop": "RUN: ask Ray to stop the job",
@@ -92,6 +94,9 @@ class SkyrlMagics(Magics):
     @argument("-c", "--cluster", default=None, help="notebook variable holding a Cluster (launch)")
     @argument("-n", "--tail", type=int, default=None, help="log lines to show (logs)")
     @argument("--run-id", default=None, help="run id to use (launch)")
+    @argument("--engine", default=None, help="who trains (launch): skyrl_nb (default) or skyrl (SkyRL's own "
+                                             "trainer); sets run.engine")
+    @argument("--dry-run", action="store_true", help="print the job's command line and submit nothing (launch)")
     @argument("--step", type=int, default=None, help="checkpoint step to export (export; default: the latest)")
     @argument("--wait", action="store_true", help="block until the job ends (launch, resume)")
     @argument("--no-dashboard", action="store_true", help="do not show the dashboard (launch, resume)")
@@ -134,8 +139,15 @@ class SkyrlMagics(Magics):
                              + did_you_mean(command, list(COMMANDS)))
         if cell is not None and command != "launch":
             raise UsageError(f"%%skyrl {command}: only `launch` takes a cell body (YAML overrides)")
-        if command != "launch" and (args.preset or args.cluster or args.run_id):
-            raise UsageError(f"%skyrl {command}: --preset, --cluster and --run-id only go with launch")
+        if command != "launch" and (args.preset or args.cluster or args.run_id or args.engine or args.dry_run):
+            raise UsageError(f"%skyrl {command}: --preset, --cluster, --run-id, --engine and --dry-run only go "
+                             "with launch")
+        if args.engine is not None:
+            from skyrl_core.choices import Engine, values
+            from skyrl_core.registry import not_allowed
+
+            if args.engine not in values(Engine):
+                raise UsageError(f"%skyrl launch: {not_allowed('--engine', args.engine, values(Engine))}")
         if command in _NEEDS_RUN and len(args.args) != 1:
             raise UsageError(f"%skyrl {command} needs exactly one run id, e.g. %skyrl {command} my-run")
         if command == "export" and len(args.args) != 2:
@@ -186,6 +198,8 @@ class SkyrlMagics(Magics):
             except yaml.YAMLError:
                 value = raw
             overrides[key.strip()] = value
+        if args.engine:
+            overrides["run.engine"] = args.engine
         preset = args.preset or self.preset
         try:
             cfg = prepare_config(preset, overrides=overrides, run_id=args.run_id)
@@ -193,13 +207,44 @@ class SkyrlMagics(Magics):
             raise UsageError(_one_line(err.problems)) from None
         except (ValueError, TypeError, OSError) as err:  # validation is all that ran: nothing was written
             raise UsageError(f"%skyrl launch: {_one_line(f'{type(err).__name__}: {err}')}") from None
+        if args.dry_run:
+            return self._dry_run(cfg, args)
         cluster = self._cluster(args.cluster)
         try:
+            if cfg.run.engine == "skyrl":  # SkyRL's trainer must import there: one line now, not a failed job
+                from skyrl_nb.cluster.skyrl_check import check_skyrl
+
+                check_skyrl(cluster, cluster.engine_code())
             job = cluster.launch(cfg)
         except ConfigError as err:  # plug-ins that cannot ship; launch removed what it wrote
             raise UsageError(_one_line(err.problems)) from None
         self._remember(job)
         return self._follow(job, args)
+
+    def _dry_run(self, cfg: Any, args: Any) -> None:
+        """Print the command line the job would run (SkyRL's keys spelled out for run.engine=skyrl) and, for
+        SkyRL, what the translation changed or did not send; nothing is started, written or submitted."""
+        import sys
+
+        from skyrl_core.submission import pack_config
+        from skyrl_nb.cluster.base import Cluster
+
+        name = args.cluster or self.cluster
+        cluster = self.shell.user_ns.get(name) if name else None
+        if not isinstance(cluster, Cluster):  # the local cluster launch would start runs the kernel's python
+            if name:
+                self._cluster(name)  # the same one-line error a launch gives
+            cluster = Cluster("http://127.0.0.1:8265", name="dry-run")
+            cluster.python = sys.executable
+        config_arg = pack_config(cfg.to_yaml())[1]
+        print(cluster.entrypoint(config_arg, cfg))
+        if cfg.run.engine == "skyrl":
+            for note in cfg.to_skyrl().notes():
+                print(f"# {note}")
+        else:
+            print(f"# the config travels in the job's runtime env as {config_arg[len('env:'):]}; by hand, save "
+                  "cfg.to_yaml() to a file and pass --config FILE")
+        return None
 
     def _status(self, args: Any, cell: str | None) -> Any:
         if not args.args and self.last_run is None:

@@ -176,9 +176,12 @@ class Cluster:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    def entrypoint(self, config_arg: str) -> str:
+    def entrypoint(self, config_arg: str, cfg: JobConfig | None = None) -> str:
         """The shell command a job runs for ``--config <config_arg>`` (``env:SKYRL_NB_CONFIG``: the config
-        travels in the runtime env, `skyrl_core.submission`)."""
+        travels in the runtime env, `skyrl_core.submission`). With ``run.engine: skyrl`` it is the bridge's
+        command line instead, SkyRL's keys spelled out (``JobConfig.to_skyrl``)."""
+        if cfg is not None and cfg.run.engine == "skyrl":
+            return cfg.to_skyrl().command_line(self.python)
         module = self.engine_module or os.environ.get("SKYRL_NB_ENGINE_MODULE") or "skyrl_engine"
         return f"{shlex.quote(self.python)} -m {module} train --config {shlex.quote(config_arg)}"
 
@@ -307,7 +310,7 @@ class Cluster:
             job_env, config_arg = self._runtime_env(cfg, run_dir, runtime_env, staging, code)
             writer = self._mark_pending(cfg, run_dir) if attempt == 0 else None
             try:
-                self._submit_with_retry(entrypoint=self.entrypoint(config_arg), submission_id=submission_id,
+                self._submit_with_retry(entrypoint=self.entrypoint(config_arg, cfg), submission_id=submission_id,
                                         runtime_env=job_env,
                                         metadata={META_RUN_ID: run_id, META_RUN_DIR: run_dir,
                                                   META_ATTEMPT: str(attempt)})
@@ -420,6 +423,10 @@ class Cluster:
         delivery = {"engine code": engine_code.describe(),
                     "config": f"travels in the submission ({size:.1f} KiB of YAML in the runtime env)",
                     "run store": store_line}
+        if cfg.run.engine == "skyrl":  # SkyRL's trainer must import on the cluster: asked with a probe job
+            from skyrl_nb.cluster.skyrl_check import check_skyrl
+
+            delivery["skyrl"] = check_skyrl(self, engine_code)
         return JobPlan(cfg, resources_for(cfg)["text"], self.resources(), memory, capacity, delivery)
 
     def shutdown(self) -> None:
