@@ -94,9 +94,12 @@ def moto_s3(bucket: str = "skyrl-test", timeout_s: float = 60.0) -> Iterator[S3S
 
 
 def _serve(port: int) -> None:
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
     from werkzeug.serving import make_server
-
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 
     moto_app = DomainDispatcherApplication(create_backend_app)
     counts: dict[str, int] = {}

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from remote_head import can_unshare, remote_ray_head
 
 pytestmark = pytest.mark.slow
