@@ -44,6 +44,13 @@ def join(base: str | os.PathLike[str], *names: str) -> str | Path:
     return Path(os.path.expanduser(os.fspath(base)).removeprefix("file://")).joinpath(*names)
 
 
+def location_key(location: str | os.PathLike[str]) -> str:
+    """One spelling per run directory, to match them up: a URL without a trailing ``/``, an absolute path."""
+    if is_url(location):
+        return os.fspath(location).rstrip("/")
+    return os.path.abspath(os.path.expanduser(os.fspath(location)))
+
+
 def url_problem(url: str, key: str, *, check_files: bool = True) -> str | None:
     """The one-line problem with an object-store URL used as ``key``, or None.
 

@@ -287,10 +287,11 @@ class SkyrlMagics(Magics):
         import dataclasses
 
         from skyrl_core.runs import RunList, RunReader, list_runs
+        from skyrl_core.store import location_key
         from skyrl_nb.jobs import ENDED
 
-        runs = {os.path.abspath(s.path): s for s in list_runs(os.path.expanduser(self.run_root))}
-        jobs = {os.path.abspath(job.run_dir): job for job in self.jobs.values()}
+        runs = {location_key(s.path): s for s in list_runs(os.path.expanduser(self.run_root))}
+        jobs = {location_key(job.run_dir): job for job in self.jobs.values()}
         for path in jobs.keys() - runs.keys():
             try:
                 reader = RunReader(path)
@@ -394,7 +395,9 @@ class SkyrlMagics(Magics):
         return found
 
     def _cluster_jobs(self) -> dict[str, Any]:
-        """{absolute run dir: its latest job} for the skyrl-nb jobs on the clusters lookups ask."""
+        """{run dir (`location_key`): its latest job} for the skyrl-nb jobs on the clusters lookups ask."""
+        from skyrl_core.store import location_key
+
         latest: dict[str, Any] = {}
         for cluster in self._clusters():
             try:
@@ -402,7 +405,7 @@ class SkyrlMagics(Magics):
             except Exception:
                 continue
             for job in jobs:
-                path = os.path.abspath(job.run_dir) if job.run_dir else None
+                path = location_key(job.run_dir) if job.run_dir else None
                 if path and (path not in latest or job.attempt > latest[path].attempt):
                     latest[path] = job
         return latest
@@ -425,8 +428,9 @@ class SkyrlMagics(Magics):
 
     def _open_run(self, run: str) -> Any:
         from skyrl_core.runs import open_run
+        from skyrl_core.store import is_url, join
 
-        path = run if os.path.isabs(os.path.expanduser(run)) else os.path.join(os.path.expanduser(self.run_root), run)
+        path = run if is_url(run) or os.path.isabs(os.path.expanduser(run)) else join(self.run_root, run)
         try:
             return open_run(path)
         except FileNotFoundError:
