@@ -16,6 +16,7 @@ import html
 import sys
 import types
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from skyrl_core.runs import REWARD_KEY, RunReader
@@ -161,7 +162,7 @@ def _unique_labels(readers: list[RunReader]) -> list[str]:
     if len(set(labels)) == len(labels):
         return labels
     # same run id under different roots: add the parent folder
-    return [f"{r.run_dir.parent.name}/{r.run_id}" for r in readers]
+    return [f"{Path(str(r.run_dir)).parent.name}/{r.run_id}" for r in readers]  # a Path, or an s3:// URL
 
 
 class _CallableModule(types.ModuleType):
