@@ -352,7 +352,8 @@ class HyperPodRayCluster:
                     warnings.append(f"{n} pods want {itype} nodes but HyperPod cluster {info.name!r} has "
                                     f"{have} healthy; the rest will stay Pending")
         if self.fsx_claim is None:
-            warnings.append("no fsx_claim: run stores and checkpoints live on pod-local disk")
+            warnings.append("no fsx_claim: the pods share no disk with this notebook; give run.run_root="
+                            "s3://<bucket>/<prefix> (in Studio the default is SageMaker's default bucket)")
         plan = ClusterPlan(self.manifest(), placement, warnings)
         if config is not None:
             plan.memory, plan.capacity = self.memory_plan(config)
