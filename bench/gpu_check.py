@@ -20,6 +20,14 @@ it says so and exits 0).
     python bench/gpu_check.py --device cpu --tiny    # a seconds-long smoke run anywhere
     python bench/gpu_check.py --out gpu_check.json
     python bench/gpu_check.py --scale-out --out gpu_scale_out.json
+    python bench/gpu_check.py --skyrl --out gpu_skyrl.json   # a few real SkyRL steps into a run store
+
+``--skyrl`` runs SkyRL's own trainer (``run.engine: skyrl``, through ``python -m skyrl_engine.skyrl_bridge``)
+for ``--skyrl-steps`` steps of the quickstart with the built-in tiny model on one GPU (vLLM engine colocated
+with the FSDP policy, as SkyRL runs), then reads the run store back: whether metrics, trajectory parts and a
+final status reached it. It needs CUDA and SkyRL's GPU packages (``skyrl[fsdp]==0.3.0`` on Python 3.12);
+without them it prints why (``{"skipped": ...}``) and exits 0. A SkyRL training step cannot run on a CPU
+machine at all: SkyRL's trainer needs CUDA, vLLM and flash-attn.
 """
 
 from __future__ import annotations
@@ -195,6 +203,63 @@ def scale_out(args: argparse.Namespace) -> dict:
             "steps": args.scale_out_steps, "models": report}
 
 
+def skyrl_missing() -> str | None:
+    """Why a real SkyRL step cannot run here (no CUDA device, SkyRL's trainer not importable), or None."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device visible: SkyRL's trainer runs on GPUs only (vLLM engines, FSDP workers, flash-attn)"
+    from skyrl_engine.skyrl_bridge import probe
+
+    report = probe()
+    if report["error"]:
+        return f"SkyRL's trainer does not import in this Python ({report['python']}): {report['error']}"
+    return None
+
+
+def skyrl_steps(args: argparse.Namespace) -> tuple[dict, int]:
+    """A few real SkyRL steps through the bridge; ``(report, exit code)``: 0 when metrics reached the run store
+    (or the check was skipped, the report saying why), 1 when the run left none there."""
+    import subprocess
+    import tempfile
+
+    why = skyrl_missing()
+    if why:
+        return {"skipped": why}, 0
+    from skyrl_core.config import check_config
+    from skyrl_core.runs import RunReader
+
+    root = tempfile.mkdtemp(prefix="gpu-skyrl-")
+    steps = args.skyrl_steps
+    cfg = check_config("quickstart", [
+        f"run.run_root={root}", "run.run_id=skyrl-check", "run.engine=skyrl", f"trainer.max_training_steps={steps}",
+        "trainer.train_batch_size=8", "trainer.policy_mini_batch_size=8", "trainer.critic_mini_batch_size=8",
+        "trainer.micro_train_batch_size_per_gpu=16", "generator.n_samples_per_prompt=4", "trainer.eval_interval=-1",
+        f"trainer.ckpt_interval={steps}", "generator.inference_engine.gpu_memory_utilization=0.4"])
+    command = cfg.to_skyrl().command(sys.executable)
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=args.skyrl_timeout,
+                          env={**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")})
+    reader = RunReader(cfg.run_dir)
+    metrics = reader.metrics()
+    report = {
+        "device_name": __import__("torch").cuda.get_device_name(0),
+        "command_words": len(command), "exit_code": done.returncode, "wall_s": round(time.perf_counter() - started, 1),
+        "status": {k: reader.status().get(k) for k in ("state", "step", "total_steps", "error")},
+        "metric_steps": [row["step"] for row in metrics],
+        "metrics_reached_run_store": bool(metrics),
+        "reward": [row.get("reward/avg_raw_reward") for row in metrics],
+        "trajectory_steps": reader.trajectory_steps(),
+        "events": [e.get("kind") for e in reader.events()],
+        "run_dir": str(cfg.run_dir),
+    }
+    if done.returncode != 0 or not metrics:
+        report["output_tail"] = (done.stdout + done.stderr)[-4000:]
+    return report, 0 if metrics else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run, print (and optionally write) the JSON report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -211,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale-out", action="store_true",
                         help="instead: the engine's policy on 1 vs N GPUs (N = all visible; needs 2 or more)")
     parser.add_argument("--scale-out-steps", type=int, default=6, help="measured steps per arm with --scale-out")
+    parser.add_argument("--skyrl", action="store_true",
+                        help="instead: a few real SkyRL trainer steps (run.engine=skyrl) into a run store")
+    parser.add_argument("--skyrl-steps", type=int, default=3, help="training steps with --skyrl")
+    parser.add_argument("--skyrl-timeout", type=float, default=900.0, help="seconds the SkyRL run may take")
     args = parser.parse_args(argv)
     small = args.tiny
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
@@ -218,13 +287,17 @@ def main(argv: list[str] | None = None) -> int:
     args.prompt_len = args.prompt_len or (16 if small else 128)
     args.gen_len = args.gen_len or (16 if small else 256)
     args.micro = args.micro or (8 if small else 16)
-    report = scale_out(args) if args.scale_out else run(args)
+    code = 0
+    if args.skyrl:
+        report, code = skyrl_steps(args)
+    else:
+        report = scale_out(args) if args.scale_out else run(args)
     text = json.dumps(report)
     print(text)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         Path(args.out).write_text(text + "\n")
-    return 0
+    return code
 
 
 if __name__ == "__main__":
