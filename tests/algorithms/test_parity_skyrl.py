@@ -31,20 +31,11 @@ import sys
 
 import numpy as np
 import pytest
-from parity_cases import SPEC, TOLERANCE, build_oracle, make_inputs, max_abs_diffs, ours, run_oracle
+from parity_cases import SPEC, TOLERANCE, make_inputs, max_abs_diffs, ours, run_oracle
 
 pytestmark = pytest.mark.slow
 
-SEEDS = (0, 1, 2)
-
-
-@pytest.fixture(scope="session")
-def oracle_python() -> str:
-    """The SkyRL oracle env's python, building the env on first use (SKYRL_ORACLE_PYTHON overrides)."""
-    try:
-        return build_oracle()
-    except RuntimeError as e:
-        pytest.fail(str(e))
+SEEDS = (0, 1, 2)  # oracle_python: tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -33,9 +33,6 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent / "algorithms"))
-from parity_cases import build_oracle  # noqa: E402  (the parity tests' env: one build, one lock)
-
 pytestmark = pytest.mark.slow
 ABSENT = "<absent>"
 BASE = "quickstart"
@@ -125,17 +122,9 @@ def _translations(root: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def oracle_python() -> str:
-    """The SkyRL oracle env's python, built on first use (waits for a build already running)."""
-    try:
-        return build_oracle()
-    except RuntimeError as e:
-        pytest.fail(str(e))
-
-
-@pytest.fixture(scope="module")
 def skyrl_side(oracle_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Translations (ours) and what SkyRL's environment made of them, from one driver process."""
+    """Translations (ours) and what SkyRL's environment made of them, from one driver process (``oracle_python``:
+    tests/conftest.py, shared with the parity tests)."""
     from skyrl_core.config import check_config, load_config
     from skyrl_core.skyrl_translate import translate
 
@@ -203,7 +192,7 @@ def test_every_translated_key_reads_back_from_skyrls_config_with_skyrl_nbs_value
                 assert sent == cfg.get(key), (name, key)
             assert readback[key] == sent, f"{name}: {key} reads back {readback[key]!r} from SkyRL, sent {sent!r}"
             checked += 1
-    assert checked > 30 * 100
+    assert checked > 25 * 120  # every key of every case that SkyRL accepted
 
 
 def test_the_changes_are_the_stated_ones(skyrl_side: dict) -> None:
