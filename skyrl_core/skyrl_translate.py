@@ -107,6 +107,10 @@ _REFUSED_UNLESS_DEFAULT: dict[str, tuple[Any, str]] = {
                     "with SkyRL's AdvantageEstimatorRegistry / PolicyLossRegistry in a SkyRL entrypoint instead"),
 }
 
+# a section only skyrl-nb has: any other key in it is refused unless at its default (it is not implemented by the
+# bridge), so a new skyrl-nb run setting never reaches SkyRL's loader (which refuses unknown keys) unclassified
+SKYRL_NB_SECTIONS = ("run.",)
+
 # SkyRL 0.3.0's fully async trainer refuses every policy loss that recomputes old log-probs (all of skyrl-nb's)
 _FULLY_ASYNC_LOSSES = ("rollout_is", "dppo")
 
@@ -227,11 +231,14 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
     for key, value in flat.items():
         if key in _NOT_SENT:
             out.not_sent[key] = _NOT_SENT[key]
-        elif key in _REFUSED_UNLESS_DEFAULT:
-            default, why = _REFUSED_UNLESS_DEFAULT[key]
+        elif key in _REFUSED_UNLESS_DEFAULT or key.startswith(SKYRL_NB_SECTIONS):
+            default, why = _REFUSED_UNLESS_DEFAULT.get(key) or (_default_of(key), "a skyrl-nb run setting the "
+                                                                                 "bridge does not implement")
             if value != default:
                 out.problems.append(f"{key}: {skyrl_value(value)} is not allowed with run.engine=skyrl: {why}; "
                                     f"allowed: {skyrl_value(default)}, or run.engine=skyrl_nb")
+            elif key not in _REFUSED_UNLESS_DEFAULT:
+                out.not_sent[key] = f"{why}; at its default"
         elif key in OVERLONG_KEYS:
             if a.overlong_buffer.len > 0:
                 out.overrides[key] = value  # read by the bridge's config class (see OVERLONG_KEYS)
@@ -264,6 +271,13 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
     _skyrl_only_keys(cfg, run_dir, change)
     out.problems.extend(_problems(cfg))
     return out
+
+
+def _default_of(key: str) -> Any:
+    """The schema's default at a dotted key of skyrl-nb's config."""
+    from skyrl_core.config import load_config
+
+    return load_config(None).get(key)
 
 
 def _skyrl_only_keys(cfg: JobConfig, run_dir: str | None, change: Any) -> None:

@@ -535,6 +535,7 @@ def _run(args: argparse.Namespace, run_dir: str, tracker: RunStoreTracker) -> in
         tracker.writer.log_event("resumed", step=start, path=os.path.join(cfg.trainer.ckpt_path, f"global_step_{start}"))
     p = cfg.trainer.placement
     tracker.policy_gpus = max(1, p.policy_num_nodes * p.policy_num_gpus_per_node)
+    _describe_run(tracker, cfg)
     print(f"[skyrl_bridge] SkyRL trainer into {run_dir}; resolved {sorted(resolved)}", flush=True)
     initialize_ray(cfg)
     exp = experiment_class()(cfg, tracker, store_token_data=not args.no_token_data, resumed_from=start,
@@ -542,6 +543,18 @@ def _run(args: argparse.Namespace, run_dir: str, tracker: RunStoreTracker) -> in
     exp.run()
     tracker.finish()  # SkyRL's train() has called it already; a no-op then
     return EXIT_OK
+
+
+def _describe_run(tracker: RunStoreTracker, cfg: Any) -> None:
+    """What readers need beside the logs: the model's tokenizer (the inspector decodes token ids with it) and,
+    for a run started by hand (``launch`` writes skyrl-nb's config first), SkyRL's config as config.yaml."""
+    import dataclasses
+
+    from skyrl_engine.__main__ import _keep_tokenizer
+
+    _keep_tokenizer(cfg.trainer.policy.model.path, tracker.writer)
+    if not tracker.writer.store.exists("config.yaml"):
+        tracker.writer.write_config(json.loads(json.dumps(dataclasses.asdict(cfg), default=str)))
 
 
 def _refuse(tracker: RunStoreTracker, message: str) -> int:

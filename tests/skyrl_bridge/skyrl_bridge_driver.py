@@ -293,6 +293,9 @@ def run_store(spec: dict) -> dict:
     record["get_tracker_is_run_store"] = exp.get_tracker() is tracker
     record["inner_tracker"] = f"{type(tracker.inner).__module__}.{type(tracker.inner).__name__}:{tracker.inner.backend}"
     tracker.pending()
+    from skyrl_engine.skyrl_bridge import _describe_run
+
+    _describe_run(tracker, cfg)  # no config.yaml yet (no launch wrote one): SkyRL's own goes there
     trainer = object.__new__(exp_class.trainer_class)  # RayPPOTrainer.__init__ would build Ray actors
     trainer.__dict__.update(cfg=cfg, tracker=tracker, tokenizer=SimpleNamespace(pad_token_id=0, decode=decode),
                             generator=generator, dispatch=Dispatch(cfg), all_metrics={}, all_timings={},

@@ -202,7 +202,8 @@ def test_the_changes_are_the_stated_ones(skyrl_side: dict) -> None:
     assert changed["generator.inference_engine.backend"] == ("torch", "vllm")
     assert changed["trainer.ckpt_path"] == (None, f"{cfg.run_dir}/checkpoints")
     assert changed["trainer.logger"] == (None, "console")
-    assert set(t.not_sent) == {"trainer.num_threads", "run.run_root", "run.run_id", "run.store_token_data", "run.engine"}
+    assert {"trainer.num_threads", "run.run_root", "run.run_id", "run.store_token_data", "run.engine"} <= set(t.not_sent)
+    assert all(k.startswith("run.") or k == "trainer.num_threads" for k in t.not_sent)
     gae_cfg, gae = skyrl_side["translations"]["estimator:gae"]
     assert {c.key: c.sent for c in gae.changed}["trainer.critic.model.path"] == gae_cfg.trainer.policy.model.path
 
@@ -245,6 +246,7 @@ def test_every_key_skyrl_lacks_is_classified(skyrl_side: dict) -> None:
 
     lacking = {k for k, v in skyrl_side["result"]["defaults"].items() if v == ABSENT}
     classified = set(st._NOT_SENT) | set(st._REFUSED_UNLESS_DEFAULT) | set(st.OVERLONG_KEYS)
+    classified |= {k for k in lacking if k.startswith(st.SKYRL_NB_SECTIONS)}
     assert lacking <= classified, f"skyrl-nb keys SkyRL lacks with no rule in skyrl_translate: {lacking - classified}"
     assert "trainer.async_one_step" in lacking and "trainer.num_threads" in lacking
 
@@ -347,6 +349,9 @@ def test_metrics_events_and_status_read_back_through_run_reader(skyrl_side: dict
     assert events[2]["path"] == store["checkpoints"][0]
     assert (skyrl_side["store_dir"] / "checkpoints" / "latest_ckpt_global_step.txt").read_text() == "2"
     assert store["get_tracker_is_run_store"] and store["inner_tracker"] == "skyrl.train.utils.tracking.Tracking:console"
+    config = reader.config()  # a run started by hand: SkyRL's own config, keyed as skyrl-nb's
+    assert config["trainer"]["logger"] == "console" and config["generator"]["max_turns"] == 2
+    assert config["trainer"]["algorithm"]["overlong_buffer"] == {"len": 2, "penalty_factor": 1.0}
 
 
 def test_the_heartbeat_refreshes_the_status_between_steps(skyrl_side: dict) -> None:
