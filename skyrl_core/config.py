@@ -335,6 +335,8 @@ class RunConfig(_Section):
     run_root: str = "~/skyrl-runs"  # checked by skyrl_core.runs.run_root_problem, launch's own rule
     run_id: str | None = None
     store_token_data: bool = True
+    # the engine serves its step metrics for Prometheus on this port (skyrl_engine.prometheus); None: off
+    prometheus_port: int | None = Field(None, ge=0, le=65535)
     # skyrl: SkyRL's own trainer through skyrl_engine.skyrl_bridge (skyrl_core.skyrl_translate, docs/skyrl.md)
     engine: Engine = Engine.SKYRL_NB
 

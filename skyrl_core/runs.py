@@ -333,6 +333,8 @@ class RunWriter:
             self.store.path("trajectories").mkdir(parents=True, exist_ok=True)
             self.store.path("checkpoints").mkdir(exist_ok=True)
         self._logs = {stem: _log(self.store, stem) for stem in ("metrics", "events")}
+        #: called with ``(step, row)`` after each metrics line is written (Prometheus, MLflow, ... loggers)
+        self.metric_listeners: list[Callable[[int, dict[str, Any]], None]] = []
         status, problems = _read_status(self.store)
         self._status: dict[str, Any] = status or _new_status()
         #: what was wrong with the files found here (also logged as ``warning`` events)
@@ -389,6 +391,8 @@ class RunWriter:
         row = {"step": int(step), "time": time.time()}
         row.update({k: _clean_number(v) for k, v in metrics.items() if k not in ("step", "time")})
         self._append("metrics", row)
+        for listener in self.metric_listeners:
+            listener(int(step), row)
 
     def log_event(self, kind: str, **data: Any) -> None:
         """Append a lifecycle event (started, checkpoint_saved, eval, warning, error, ...)."""

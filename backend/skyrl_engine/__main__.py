@@ -126,6 +126,8 @@ def train(source: str, overrides: list[str]) -> int:
             held["workers"].shutdown()
         if "connection" in held:
             held["connection"].close()
+        if "prometheus" in held:
+            held["prometheus"].close()
 
 
 def _start(cfg, writer, held: dict[str, Any]) -> None:
@@ -168,6 +170,12 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
                               else "every role in this process (no Ray)"))
     _log(f"workers: {workers!r}")
     held["trainer"] = make_trainer(cfg, writer, held["workers"], train_rows, val_rows)
+    if cfg.run.prometheus_port is not None:
+        from skyrl_engine.prometheus import StepMetricsExporter
+
+        held["prometheus"] = StepMetricsExporter(str(cfg.run.run_id), cfg.run.prometheus_port, total_steps)
+        writer.metric_listeners.append(held["prometheus"].observe)
+        _log(f"prometheus: step metrics on port {held['prometheus'].port} (/metrics, run_id={cfg.run.run_id})")
     _log(f"training {total_steps} steps into {cfg.run_dir} ({pipeline_mode(staleness_bound(cfg))})")
 
 

@@ -28,6 +28,7 @@ from skyrl_nb.cluster.kube import ApiPaths, KubeClient, KubeConflict, KubeNotFou
 from skyrl_nb.cluster.kuberay import (
     DASHBOARD_PORT,
     DEFAULT_IMAGE,
+    ENGINE_METRICS_PORT,
     INSTANCE_TYPE_LABEL,
     INSTANCE_TYPES,
     InstanceShape,
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
     from skyrl_core.memory import MemoryEstimate, RankCapacity
 
 log = logging.getLogger(__name__)
+
+#: The uid of skyrl-nb's Grafana dashboard (docs/grafana/skyrl-nb.json).
+GRAFANA_DASHBOARD = "skyrl-nb"
 
 # --------------------------------------------------------------------------- HyperPod (boto3)
 
@@ -545,12 +549,19 @@ class HyperPodRayCluster:
         return pf
 
     def grafana(self, service: str = "prometheus-grafana", namespace: str = "monitoring",
-                port: int = 80) -> str:
-        """Forward to Grafana and return its URL (through Studio's proxy inside Studio)."""
+                port: int = 80, dashboard: str | None = GRAFANA_DASHBOARD, run_id: str | None = None) -> str:
+        """Forward to Grafana and return the URL of skyrl-nb's dashboard there (``docs/grafana/skyrl-nb.json``,
+        imported once; ``run_id`` picks a run), through Studio's proxy inside Studio; ``dashboard=None``:
+        Grafana's own root."""
+        from urllib.parse import quote
+
         from skyrl_nb import studio
 
         pf = self.forward_service(service, namespace, port)
-        return studio.proxy_url(pf.local_port) or pf.address
+        base = (studio.proxy_url(pf.local_port) or pf.address).rstrip("/")
+        if dashboard is None:
+            return base
+        return f"{base}/d/{dashboard}/{dashboard}" + (f"?var-run_id={quote(run_id)}" if run_id else "")
 
     def connect(self, wait: bool = True, timeout: float = 900.0) -> Any:
         """Port-forward to the head's dashboard and return a ``HyperPodCluster`` (a
@@ -631,6 +642,16 @@ def _hyperpod_cluster_class() -> type:
             super().shutdown()
             if self.port_forward is not None:
                 self.port_forward.close()
+
+        def prepare(self, config: Any, **kwargs: Any) -> Any:
+            """`Cluster.prepare`, with ``run.prometheus_port`` set to the port the head pod's scrape
+            annotations name when the config leaves it unset."""
+            cfg = super().prepare(config, **kwargs)
+            if cfg.run.prometheus_port is None:
+                from skyrl_core.config import check_config
+
+                cfg = check_config(cfg, {"run.prometheus_port": ENGINE_METRICS_PORT})
+            return cfg
 
     HyperPodCluster.__module__ = __name__
     return HyperPodCluster

@@ -20,6 +20,9 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 INSTANCE_GROUP_LABEL = "sagemaker.amazonaws.com/instance-group-name"
 DASHBOARD_PORT = 8265
 METRICS_PORT = 8080
+#: The engine's step metrics for Prometheus on the head pod (``run.prometheus_port``; skyrl_engine/prometheus.py):
+#: the head's pod annotations point scrapers at it.
+ENGINE_METRICS_PORT = 9464
 
 
 @dataclass(frozen=True)
@@ -175,8 +178,14 @@ def build_manifest(
     head_instance_type: str | None = None,
     env: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
+    engine_metrics_port: int | None = ENGINE_METRICS_PORT,
 ) -> dict[str, Any]:
-    """The KubeRay ``RayCluster`` (``ray.io/v1``) for a head without GPUs and ``workers``."""
+    """The KubeRay ``RayCluster`` (``ray.io/v1``) for a head without GPUs and ``workers``.
+
+    The head pod (where a job's driver, and so the engine's Prometheus endpoint, runs) carries the
+    ``prometheus.io/scrape``, ``/port`` and ``/path`` annotations for ``engine_metrics_port`` (None: none),
+    which annotation-based scrapers (a Prometheus ``kubernetes_sd`` pod job, as HyperPod's observability
+    collector runs) follow."""
     env_list = [{"name": k, "value": v} for k, v in sorted((env or {}).items())]
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
@@ -199,6 +208,7 @@ def build_manifest(
             {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
             {"containerPort": 10001, "name": "client"},
             {"containerPort": METRICS_PORT, "name": "metrics"},
+            *([{"containerPort": engine_metrics_port, "name": "engine-metrics"}] if engine_metrics_port else []),
         ],
         "lifecycle": pre_stop,
     }
@@ -255,7 +265,9 @@ def build_manifest(
                 "metrics-export-port": str(METRICS_PORT),
                 "num-gpus": "0",
             },
-            "template": {"metadata": {"labels": dict(common_labels)}, "spec": head_pod},
+            "template": {"metadata": {"labels": dict(common_labels), **({"annotations": {
+                "prometheus.io/scrape": "true", "prometheus.io/port": str(engine_metrics_port),
+                "prometheus.io/path": "/metrics"}} if engine_metrics_port else {})}, "spec": head_pod},
         },
         "workerGroupSpecs": groups,
     }

@@ -210,10 +210,12 @@ def test_grafana_through_a_service(fake_k8s: Any, kube: KubeClient) -> None:
     rc = _rc(kube)
     with FakeRayDashboard() as grafana:
         fake_k8s.port_targets[("prometheus-grafana-5c9f", 3000)] = grafana.address
-        url = rc.grafana()
+        url = rc.grafana(dashboard=None)
         assert url.startswith("http://127.0.0.1:")
         body = json.loads(urllib.request.urlopen(url + "/api/version", timeout=5).read())
         assert body["ray_version"] == "2.52.1"
+        link = rc.grafana(run_id="my run")  # skyrl-nb's dashboard (docs/grafana/skyrl-nb.json) for one run
+        assert link.startswith("http://127.0.0.1:") and link.endswith("/d/skyrl-nb/skyrl-nb?var-run_id=my%20run")
     rc.disconnect()
 
 

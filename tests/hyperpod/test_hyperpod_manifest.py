@@ -44,6 +44,10 @@ def test_manifest_validates_against_crd(shape: str, crd_schema: dict[str, Any]) 
     assert head["rayStartParams"]["metrics-export-port"] == "8080"
     head_c = head["template"]["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in head_c["resources"]["limits"]
+    # the engine's Prometheus endpoint (run.prometheus_port) on the head pod, where the job's driver runs
+    assert head["template"]["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "9464", "prometheus.io/path": "/metrics"}
+    assert {"containerPort": 9464, "name": "engine-metrics"} in head_c["ports"]
     assert head["template"]["spec"]["nodeSelector"]["sagemaker.amazonaws.com/node-health-status"] == "Schedulable"
     assert len(spec["workerGroupSpecs"]) == len(kwargs["workers"])
     for group, wg in zip(spec["workerGroupSpecs"], kwargs["workers"], strict=True):

@@ -6,12 +6,18 @@ temp folders and the notebook's interpreter path do not exist there. The run sto
 ``connect`` + ``launch(run_root="s3://...")``; the job finds its config (in the submission) and its code
 (Ray py_modules), writes the run store to S3, the dashboard gains points while it runs, the inspector
 opens a step, ``stop()`` and ``resume()`` go through the S3 checkpoint, and every step is there once.
-A local run root is refused before any training job is submitted, in one line.
+A local run root is refused before any training job is submitted, in one line. The same run serves its
+step metrics for Prometheus (``run.prometheus_port``): scraped while it trains, and the Grafana dashboard's
+queries (docs/grafana/skyrl-nb.json) name only series it served.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import socket
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -36,13 +42,38 @@ def remote(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield head
 
 
-def _follow(dash: Any, job: Any, until: Any, timeout: float = 300.0) -> list[tuple[str, int]]:
-    """Refresh the dashboard every 0.5 s until ``until(dash)``; the (state, points) it saw."""
+GRAFANA = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "skyrl-nb.json"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> dict[str, list[Any]]:
+    """The engine's Prometheus endpoint: {metric name: [samples]}; {} while nothing listens."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return {}
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def _follow(dash: Any, job: Any, until: Any, timeout: float = 300.0, port: int | None = None,
+            scraped: dict[str, list[Any]] | None = None) -> list[tuple[str, int]]:
+    """Refresh the dashboard every 0.5 s until ``until(dash)``; the (state, points) it saw. With ``port``,
+    also scrape the job's Prometheus endpoint into ``scraped`` (the newest answer that had samples)."""
     seen = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         dash.refresh()
         seen.append((dash.state, dash.points))
+        if port is not None and (found := _scrape(port)) and any(found.values()):
+            scraped.clear()
+            scraped.update(found)
         if until(dash):
             return seen
         time.sleep(0.5)
@@ -80,12 +111,26 @@ def test_notebook_and_cluster_share_no_disk(remote: Any, s3: Any, tmp_path: Path
     assert "engine code: shipped with the job as Ray py_modules (skyrl_core from" in plan
     assert f"run store: {root} (an object store" in plan
 
-    job = cluster.launch("quickstart", overrides=[f"run.run_root={root}", *SMALL], run_id="e2e")
+    port = _free_port()
+    job = cluster.launch("quickstart", overrides=[f"run.run_root={root}", *SMALL, f"run.prometheus_port={port}"],
+                         run_id="e2e")
     assert job.run_dir == f"{root}/e2e"
     dash = Dashboard(job, static=True)
-    seen = _follow(dash, job, lambda d: d.points >= 3 or d.finished)
+    scraped: dict[str, list[Any]] = {}
+    seen = _follow(dash, job, lambda d: d.points >= 3 or d.finished, port=port, scraped=scraped)
     running = sorted({points for state, points in seen if state == "running"})
     assert len(running) >= 2, seen  # points arrived while the job ran
+    # Prometheus, scraped while it trained: reward and step-time series labelled with the run id
+    (reward,) = [s for s in scraped["skyrl_reward_mean"] if s.labels == {"run_id": "e2e"}]
+    assert 0.0 <= reward.value <= 1.0
+    parts = {s.labels["part"] for s in scraped["skyrl_step_time_seconds"] if s.labels["run_id"] == "e2e"}
+    assert {"step", "generate", "policy_train"} <= parts
+    assert [s.value for s in scraped["skyrl_total_steps"]] == [STEPS]
+    dashboard = json.loads(GRAFANA.read_text())
+    assert dashboard["uid"] == "skyrl-nb" and dashboard["schemaVersion"] >= 30 and dashboard["panels"]
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"\b(skyrl_[a-z_]+)\b", target["expr"])}
+    assert queried and queried <= set(scraped), queried - set(scraped)  # only series the endpoint serves
     assert job.stop() is True
     assert job.wait(timeout=120) == "stopped"
     dash.refresh()
@@ -108,6 +153,7 @@ def test_notebook_and_cluster_share_no_disk(remote: Any, s3: Any, tmp_path: Path
     assert dash2.series.data["step"] == list(range(1, STEPS + 1))
     resumes = [e for e in run.events() if e["kind"] == "resumed"]
     assert len(resumes) == 1 and resumes[0]["path"].startswith(f"{root}/e2e/checkpoints/global_step_")
-    assert resumes[0]["step"] <= stopped_at
+    # from the newest checkpoint at the stop (one may land between the last metrics line and SIGTERM)
+    assert resumes[0]["step"] % 2 == 0 and 2 <= resumes[0]["step"] <= min(stopped_at + 1, STEPS - 1)
     assert run.store.folders("checkpoints")[-1] == f"global_step_{STEPS}"
     assert not (Path(remote.base) / "home" / "skyrl-runs").exists()  # nothing went to the cluster's disk either
