@@ -25,6 +25,7 @@ config object in SkyRL's own environment (tests/skyrl_bridge).
 
 from __future__ import annotations
 
+import functools
 import html
 import shlex
 from dataclasses import dataclass, field
@@ -273,11 +274,16 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
     return out
 
 
-def _default_of(key: str) -> Any:
-    """The schema's default at a dotted key of skyrl-nb's config."""
+@functools.cache
+def _defaults() -> dict[str, Any]:
     from skyrl_core.config import load_config
 
-    return load_config(None).get(key)
+    return load_config(None).to_dotted()
+
+
+def _default_of(key: str) -> Any:
+    """The schema's default at a dotted key of skyrl-nb's config."""
+    return _defaults().get(key)
 
 
 def _skyrl_only_keys(cfg: JobConfig, run_dir: str | None, change: Any) -> None:
