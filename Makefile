@@ -44,6 +44,8 @@ oracle-env-bg:
 test: oracle-env-bg $(VENV)/.stamp-dev browser-deps
 	@if [ "$${SKYRL_VLLM_BUILD:-1}" != "0" ]; then mkdir -p $$HOME/.cache/skyrl-nb; \
 	  (bash scripts/make_vllm_env.sh > $$HOME/.cache/skyrl-nb/vllm-env-build.log 2>&1 &); fi
+	@mkdir -p $$HOME/.cache/skyrl-nb; \
+	  (PYTHON=$(PYTHON) bash scripts/mlflow_server_env.sh > $$HOME/.cache/skyrl-nb/mlflow-env-build.log 2>&1 &)
 	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q -ra --durations=30 -p no:cacheprovider tests
 
 lint: $(VENV)/.stamp-dev

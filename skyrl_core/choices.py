@@ -72,6 +72,12 @@ class Backend(StrEnum):
     TORCH, VLLM = "torch", "vllm"
 
 
+class Logger(StrEnum):
+    """``trainer.logger`` (SkyRL's key and names; one or a list): where step metrics go besides the run store.
+    ``console`` prints one line per step (skyrl-nb's default; SkyRL's is ``wandb``, which needs an account)."""
+    CONSOLE, MLFLOW, TENSORBOARD, WANDB = "console", "mlflow", "tensorboard", "wandb"
+
+
 class Strategy(StrEnum):
     """``trainer.strategy`` (SkyRL's key; fsdp2 its default): how a policy on several ranks splits the work.
     ``fsdp2`` shards parameters, gradients and optimizer state (PyTorch's ``fully_shard``); ``ddp``

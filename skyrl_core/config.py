@@ -38,6 +38,7 @@ from skyrl_core.choices import (
     Engine,
     KLController,
     KLEstimator,
+    Logger,
     LoraInit,
     LossReduction,
     Precision,
@@ -294,6 +295,9 @@ class TrainerConfig(_Section):
     eval_before_train: bool = True
     eval_batch_size: int = Field(1024, ge=1)
     num_threads: int = Field(0, ge=0)
+    # SkyRL's key and names; skyrl-nb's default is console (SkyRL's, wandb, needs an account). The engine's
+    # trackers: skyrl_engine/tracking.py (MLflow reads MLFLOW_TRACKING_URI, a SageMaker MLflow ARN included)
+    logger: Logger | list[Logger] = Logger.CONSOLE
     async_one_step: bool = False
     fully_async: FullyAsyncConfig = Field(default_factory=FullyAsyncConfig)
 

@@ -347,6 +347,11 @@ class RunWriter:
         data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         return self.put_file("config.yaml", yaml.safe_dump(data, sort_keys=False).encode())
 
+    @property
+    def state(self) -> str:
+        """The run's state as this writer last wrote it (``pending`` before any)."""
+        return str(self._status.get("state") or RunState.PENDING.value)
+
     def put_file(self, name: str, data: bytes) -> str | Path:
         """Write ``<run_dir>/<name>`` whole, atomically (e.g. ``tokenizer/tokenizer.json``); returns where."""
         self.store.put(name, data)

@@ -6,7 +6,7 @@ values pass through unchanged; :func:`translate` says where that is not so:
 
 - ``changed``: keys SkyRL receives with another value than skyrl-nb holds (``trainer.strategy`` fsdp2 is
   SkyRL's ``fsdp``, the torch sampler becomes vLLM, ...) and keys only SkyRL has that the translation sets
-  (``trainer.logger=console``, ``trainer.export_path``, ...), each with the reason;
+  (``trainer.export_path``, ``trainer.run_name``, ...), each with the reason;
 - ``not_sent``: skyrl-nb keys SkyRL has no counterpart for whose value does not change what is trained
   (``run.*`` become the bridge's own arguments, ``trainer.num_threads`` tunes CPU threads), with the reason;
 - ``problems``: everything SkyRL's trainer cannot take, one line per key naming its value and what is
@@ -84,6 +84,8 @@ DEFAULT_DIFFERENCES: tuple[DefaultDifference, ...] = (
     DefaultDifference("trainer.policy.model.path", None, "Qwen/Qwen2.5-1.5B-Instruct",
                       "models cannot be downloaded on the cluster: skyrl-nb asks for one (the presets name a built-in)"),
     DefaultDifference("trainer.ckpt_path", None, "~/ckpts/", "None: <run_dir>/checkpoints, next to the run store"),
+    DefaultDifference("trainer.logger", "console", "wandb", "the run store is the tracker; W&B needs an account "
+                      "(WANDB_API_KEY)"),
     DefaultDifference("trainer.fully_async.max_staleness_steps", 1, 4, "skyrl-nb's async pipeline keeps the "
                       "generator at most one step ahead unless asked for more"),
     DefaultDifference("generator.inference_engine.backend", "torch", "vllm",
@@ -289,7 +291,6 @@ def _default_of(key: str) -> Any:
 def _skyrl_only_keys(cfg: JobConfig, run_dir: str | None, change: Any) -> None:
     """Keys only SkyRL has, set so the job behaves as skyrl-nb's would."""
     p = cfg.trainer.placement
-    change("trainer.logger", "console", "the run store is the tracker (SkyRL's default, wandb, needs WANDB_API_KEY)")
     if run_dir is not None:
         if not is_url(run_dir):  # SkyRL makes this folder with os.makedirs: an object-store run keeps SkyRL's default
             change("trainer.export_path", str(join(run_dir, "exports")), "SkyRL's exports stay in the run directory")

@@ -122,6 +122,8 @@ def train(source: str, overrides: list[str]) -> int:
         return EXIT_FAILED
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if "tracking" in held:
+            held["tracking"].finish(_final_checkpoint(held))
         if "workers" in held:
             held["workers"].shutdown()
         if "connection" in held:
@@ -170,6 +172,10 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
                               else "every role in this process (no Ray)"))
     _log(f"workers: {workers!r}")
     held["trainer"] = make_trainer(cfg, writer, held["workers"], train_rows, val_rows)
+    from skyrl_engine.tracking import Tracking
+
+    held["tracking"] = Tracking(cfg, writer, total_steps)  # trainer.logger: console, mlflow, tensorboard, wandb
+    _log(f"trackers: {held['tracking']!r}")
     if cfg.run.prometheus_port is not None:
         from skyrl_engine.prometheus import StepMetricsExporter
 
@@ -196,6 +202,18 @@ def _connect_ray(cfg, writer, held: dict[str, Any]) -> bool:
         return False
     _log(f"ray: {held['connection'].mode}")
     return True
+
+
+def _final_checkpoint(held: dict[str, Any]) -> str | None:
+    """Where the run's newest checkpoint is (a local folder or a URL), for the trackers; None without one."""
+    from skyrl_engine import checkpoint
+
+    trainer = held.get("trainer")
+    try:
+        step = checkpoint.latest_step(trainer.ckpt_root) if trainer is not None else None
+    except (OSError, ValueError):
+        return None
+    return None if step is None else checkpoint.step_dir(trainer.ckpt_root, step)
 
 
 def _keep_tokenizer(model_path: str, writer) -> None:

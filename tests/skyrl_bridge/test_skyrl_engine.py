@@ -116,9 +116,9 @@ def test_run_engine_is_a_checked_choice(tmp_path: Path) -> None:
 
 def test_the_translation_shows_itself(tmp_path: Path) -> None:
     t = _cfg(tmp_path).to_skyrl()
-    assert repr(t).startswith("SkyrlTranslation(") and "ready" in repr(t) and "8 changed" in repr(t)
+    assert repr(t).startswith("SkyrlTranslation(") and "ready" in repr(t) and "7 changed" in repr(t)
     html = t._repr_html_()
-    assert "<table>" in html and "trainer.logger" in html and "not sent" in html
+    assert "<table>" in html and "trainer.run_name" in html and "not sent" in html
     assert any(n.startswith("changed: trainer.strategy=fsdp  [skyrl-nb 'fsdp2'") for n in t.notes())
     bad = _cfg(tmp_path, "trainer.async_one_step=true", "trainer.placement.colocate_all=false")
     from skyrl_core.skyrl_translate import translate
