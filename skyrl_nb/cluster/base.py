@@ -80,15 +80,27 @@ def find_token(token: str | None = None) -> str | None:
 
 
 def normalize_address(address: str) -> str:
-    """`host:port` or `http(s)://host:port[/]` -> `http(s)://host:port` (the dashboard HTTP address)."""
+    """`host:port` or `http(s)://host:port[/]` -> `http(s)://host:port` (the dashboard HTTP address).
+
+    A Ray module-hook address (``sagemaker_ray://cluster/namespace``: Ray's job client imports the module
+    named by the scheme to reach the cluster) is kept as it is.
+    """
     address = address.strip()
     if address.startswith("ray://"):
         raise ValueError(
             f"address {address!r} is a Ray Client address; give the dashboard HTTP address, e.g. http://host:8265"
         )
+    if _module_address(address):
+        return address.rstrip("/")
     if not re.match(r"^https?://", address):
         address = "http://" + address
     return address.rstrip("/")
+
+
+def _module_address(address: str) -> bool:
+    """Whether ``address`` is ``<module>://...`` for a Ray job-client module hook (not http, https or ray)."""
+    m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)://", address)
+    return bool(m) and m.group(1).lower() not in ("http", "https", "ray")
 
 
 def new_run_id(preset: str | None = None) -> str:
@@ -161,7 +173,10 @@ class Cluster:
     def _get(self, path: str, timeout: float = 10.0) -> Any:
         import requests
 
-        resp = requests.get(self.address + path, headers=self._headers(), timeout=timeout, verify=self.verify)
+        if _module_address(self.address):  # the hook's client holds the endpoint and its session cookie
+            resp = self.client._do_request("GET", path, timeout=timeout)
+        else:
+            resp = requests.get(self.address + path, headers=self._headers(), timeout=timeout, verify=self.verify)
         if resp.status_code in (401, 403):
             raise PermissionError(
                 f"{self.address} refused the request ({resp.status_code}): "
@@ -502,10 +517,19 @@ def connect(address: str, token: str | None = None, verify: bool = True, *, name
     engine's code reaches its jobs (`ship`: with each job; `installed`: the cluster has skyrl-nb);
     `shared_paths` are local folders the cluster sees at the same path (a shared file system).
 
+    ``sagemaker_ray://<cluster>/<namespace>`` goes through AWS's toolkit-for-ray-on-sagemaker-ai
+    (`skyrl_nb.cluster.hyperpod.connect_sagemaker_ray`): no token here, the toolkit's session cookie.
+
     >>> cluster = connect("http://10.0.0.5:8265")
     >>> cluster = connect("http://10.0.0.5:8265", shared_paths=["/fsx"])
+    >>> cluster = connect("sagemaker_ray://my-hyperpod/team-a")
     """
-    cluster = Cluster(address, find_token(token), dashboard_url=dashboard_url, name=name, verify=verify)
+    if address.strip().startswith("sagemaker_ray://"):
+        from skyrl_nb.cluster.hyperpod import connect_sagemaker_ray
+
+        cluster = connect_sagemaker_ray(address.strip(), verify=verify)
+    else:
+        cluster = Cluster(address, find_token(token), dashboard_url=dashboard_url, name=name, verify=verify)
     cluster.code = code
     cluster.shared_paths = tuple(shared_paths)
     if check:

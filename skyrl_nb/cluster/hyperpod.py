@@ -725,7 +725,7 @@ def parse_sagemaker_ray_address(address: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def connect_sagemaker_ray(address: str) -> Any:
+def connect_sagemaker_ray(address: str, verify: bool | str = True) -> Any:
     """A :class:`~skyrl_nb.cluster.base.Cluster` on a ``sagemaker_ray://<cluster>/<namespace>`` address.
 
     The address scheme belongs to AWS's ``toolkit-for-ray-on-sagemaker-ai`` package, which registers it
@@ -745,8 +745,6 @@ def connect_sagemaker_ray(address: str) -> Any:
         ) from None
     from skyrl_nb.cluster.base import Cluster
 
-    cluster = Cluster("http://127.0.0.1", name=address)
-    # Cluster normalizes addresses to http(s); the toolkit's scheme must reach Ray's job client unchanged.
-    cluster.address = address
-    cluster.dashboard_url = address
-    return cluster
+    # the toolkit's scheme reaches Ray's job client unchanged: it imports `sagemaker_ray`, which fetches a
+    # bootstrap token through the EKS API (a RayDashboardConnection) and trades it for a session cookie
+    return Cluster(address, name=address, dashboard_url=address, verify=verify)

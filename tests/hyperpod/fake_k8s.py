@@ -8,7 +8,11 @@ A real HTTPS server on 127.0.0.1 (self-signed CA the client must pin) speaking t
 - ``/api/v1/namespaces/{ns}/{pods,services,secrets}[/{name}]`` with ``labelSelector``;
 - ``/api/v1/namespaces/{ns}/pods/{name}/portforward?ports=P``: a WebSocket upgrade with subprotocol
   ``v4.channel.k8s.io`` (channel byte per message, 2-byte LE port preamble on the data and error
-  channels), bridged to a real TCP target registered in ``port_targets``.
+  channels), bridged to a real TCP target registered in ``port_targets``;
+- ``/apis/connection.access.sagemaker.amazonaws.com/v1alpha1/namespaces/{ns}/raydashboardconnections``:
+  POST a ``RayDashboardConnection`` (what AWS's ``sagemaker_ray://`` hook sends) for a cluster registered
+  in ``ray_endpoints``; the answer's ``status.connectionUrl`` is that :class:`FakeRayEndpoint`'s URL
+  with a fresh bootstrap token (404 for a cluster that has no endpoint).
 
 Requests need ``Authorization: Bearer k8s-aws-v1.<...>`` (401 otherwise); ``forbid(verb, resource)``
 makes the server answer 403 with the Status object EKS returns. The "operator" reconciles on every
@@ -39,6 +43,7 @@ from typing import Any
 from skyrl_engine.retriever import send_json  # one JSON reply for http.server handlers, the retriever's
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+CONNECTION_GROUP = "connection.access.sagemaker.amazonaws.com"
 
 
 def _now() -> str:
@@ -135,6 +140,7 @@ class FakeKubernetes:
         self.requests: list[tuple[str, str]] = []  # (method, path) only: never headers or bodies
         self.bearers: list[str] = []
         self.ray_tokens: dict[str, str] = {}  # cluster -> token (for the secret scan)
+        self.ray_endpoints: dict[tuple[str, str], FakeRayEndpoint] = {}  # (ns, cluster) -> its dashboard endpoint
         self.ws_sessions = 0
         self.lock = threading.RLock()
         self._ticks: dict[tuple[str, str], int] = {}
@@ -305,6 +311,8 @@ class FakeKubernetes:
     # -- request handling (called by the handler, under the lock)
     def handle(self, method: str, path: str, query: dict[str, str], body: Any, ctype: str) -> tuple[int, Any]:
         parts = path.strip("/").split("/")
+        if parts[:3] == ["apis", CONNECTION_GROUP, "v1alpha1"] and parts[5:] == ["raydashboardconnections"]:
+            return self._dashboard_connection(method, parts[4], body)
         if parts[:3] == ["apis", "ray.io", "v1"] and len(parts) >= 6 and parts[3] == "namespaces":
             ns, resource, rest = parts[4], parts[5], parts[6:]
         elif parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[2] == "namespaces":
@@ -383,6 +391,18 @@ class FakeKubernetes:
             return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
                          "details": {"name": name, "group": "ray.io", "kind": resource, "uid": obj["metadata"].get("uid")}}
         return 405, status_failure(405, "MethodNotAllowed", method)
+
+    def _dashboard_connection(self, method: str, ns: str, body: Any) -> tuple[int, Any]:
+        """The Extension API server's token vending: a bootstrap JWT for the caller's own cluster."""
+        if method != "POST" or not isinstance(body, dict) or body.get("kind") != "RayDashboardConnection":
+            return 405, status_failure(405, "MethodNotAllowed", "POST a RayDashboardConnection")
+        cluster = (body.get("spec") or {}).get("clusterName")
+        endpoint = self.ray_endpoints.get((ns, cluster))
+        if endpoint is None:
+            return 404, status_failure(404, "NotFound", f'rayclusters.ray.io "{cluster}" not found')
+        name = (body.get("metadata") or {}).get("generateName", "conn-") + secrets.token_hex(3)
+        return 201, {**body, "metadata": {**body["metadata"], "name": name, "namespace": ns},
+                     "status": {"connectionUrl": f"{endpoint.url}/?token={endpoint.issue_token()}"}}
 
     def validate(self, obj: dict[str, Any]) -> list[str]:
         """CRD schema violations of a RayCluster (empty when valid or no schema was given)."""
@@ -606,3 +626,97 @@ class FakeRayDashboard:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class FakeRayEndpoint:
+    """A HyperPod Ray dashboard endpoint in front of a real Ray dashboard, as ``sagemaker_ray://`` reaches it.
+
+    HTTPS on 127.0.0.1 (self-signed: trust ``ca_path``, e.g. with ``REQUESTS_CA_BUNDLE``).
+    ``GET /bearer-auth?token=T`` trades a bootstrap token from :meth:`issue_token` (once) for a
+    ``ray_session`` cookie; every other request needs that cookie and is forwarded to ``dashboard`` with
+    the cluster's own bearer token (``ray_token``), which the caller never sees.
+    """
+
+    COOKIE = "ray_session"
+
+    def __init__(self, dashboard: str, ray_token: str | None = None) -> None:
+        import urllib.request
+
+        self.dashboard = dashboard.rstrip("/")
+        self._tokens: set[str] = set()
+        self._sessions: set[str] = set()
+        self.forwarded: list[tuple[str, str]] = []  # (method, path)
+        self._tmp = tempfile.TemporaryDirectory(prefix="fake-ray-endpoint-")
+        cert, key, _ = make_self_signed_cert(Path(self._tmp.name))
+        self.ca_path = cert
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _reply(self, code: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(code)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _handle(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if url.path == "/bearer-auth":
+                    token = dict(urllib.parse.parse_qsl(url.query)).get("token")
+                    if token not in outer._tokens:
+                        self._reply(401, b"bootstrap token rejected", {})
+                        return
+                    outer._tokens.discard(token)
+                    session = secrets.token_hex(16)
+                    outer._sessions.add(session)
+                    self._reply(200, b"ok", {"Set-Cookie": f"{outer.COOKIE}={session}; Path=/; Secure; HttpOnly"})
+                    return
+                cookies = dict(c.strip().split("=", 1) for c in (self.headers.get("Cookie") or "").split(";") if "=" in c)
+                if cookies.get(outer.COOKIE) not in outer._sessions:
+                    self._reply(401, b"no session", {})
+                    return
+                outer.forwarded.append((self.command, url.path))
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
+                if ray_token:
+                    headers["Authorization"] = f"Bearer {ray_token}"
+                request = urllib.request.Request(outer.dashboard + self.path, data=body, method=self.command,
+                                                 headers=headers)
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as resp:
+                        code, data, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
+                except urllib.error.HTTPError as err:
+                    code, data, ctype = err.code, err.read(), err.headers.get("Content-Type", "")
+                self._reply(code, data, {"Content-Type": ctype} if ctype else {})
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle  # noqa: N815
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def issue_token(self) -> str:
+        """A one-use bootstrap token (the JWT the Extension API server signs)."""
+        token = secrets.token_urlsafe(24)
+        self._tokens.add(token)
+        return token
+
+    def __enter__(self) -> FakeRayEndpoint:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._tmp.cleanup()

@@ -157,3 +157,42 @@ def test_notebook_and_cluster_share_no_disk(remote: Any, s3: Any, tmp_path: Path
     assert resumes[0]["step"] % 2 == 0 and 2 <= resumes[0]["step"] <= min(stopped_at + 1, STEPS - 1)
     assert run.store.folders("checkpoints")[-1] == f"global_step_{STEPS}"
     assert not (Path(remote.base) / "home" / "skyrl-runs").exists()  # nothing went to the cluster's disk either
+
+
+def test_sagemaker_ray_address_through_awss_toolkit(remote: Any, s3: Any, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``connect("sagemaker_ray://<cluster>/<ns>")`` through the real toolkit-for-ray-on-sagemaker-ai hook:
+    its Kubernetes API is the project's fake (serving ``RayDashboardConnection``), its cookie exchange a local
+    HTTPS endpoint in front of the remote head; a 2-step job is submitted through it and succeeds."""
+    pytest.importorskip("sagemaker_ray")  # the toolkit's module hook (Ray imports it for the scheme)
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hyperpod"))
+    from fake_k8s import CONNECTION_GROUP, FakeKubernetes, FakeRayEndpoint
+
+    from skyrl_core.runs import RunReader
+    from skyrl_nb.cluster import connect
+
+    with FakeKubernetes() as k8s, FakeRayEndpoint(remote.address, remote.token) as endpoint:
+        k8s.ray_endpoints[("team-a", "my-hp")] = endpoint
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "hp",
+            "clusters": [{"name": "eks", "cluster": {"server": k8s.server, "certificate-authority-data": k8s.ca_data}}],
+            "users": [{"name": "me", "user": {"token": "k8s-aws-v1.ZmFrZQ"}}],
+            "contexts": [{"name": "hp", "context": {"cluster": "eks", "user": "me"}}]}))
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", endpoint.ca_path)  # the endpoint's certificate
+        cluster = connect("sagemaker_ray://my-hp/team-a")  # pings through the hook
+        assert cluster.address == "sagemaker_ray://my-hp/team-a" and "token" not in repr(cluster).replace("no token", "")
+        root = f"s3://{s3.bucket}/toolkit-{uuid.uuid4().hex[:8]}"
+        job = cluster.launch("quickstart", overrides=[f"run.run_root={root}", "trainer.max_training_steps=2",
+                                                      "trainer.eval_interval=0", "trainer.eval_before_train=false"],
+                             run_id="via-toolkit")
+        assert job.wait(timeout=240) == "succeeded", job.logs(tail=30)
+    assert [row["step"] for row in RunReader(job.run_dir).metrics()] == [1, 2]
+    connection = f"/apis/{CONNECTION_GROUP}/v1alpha1/namespaces/team-a/raydashboardconnections"
+    assert ("POST", connection) in k8s.requests
+    assert ("POST", "/api/jobs/") in endpoint.forwarded and any(m == "PUT" for m, _ in endpoint.forwarded)
