@@ -26,6 +26,16 @@ from typing import Any
 from skyrl_core.store import is_url
 
 RUN_ID_TAG = "skyrl_nb.run_id"
+#: The console tracker's step line as a regular expression: what a log monitor matches (HyperPod's
+#: ``SageMakerLogMonitoring`` ``log_pattern`` rule, :func:`log_monitoring_rule`; docs/hyperpod.md).
+STEP_LINE_PATTERN = r"\[skyrl_engine\] step \d+/\d+ reward="
+
+
+def log_monitoring_rule(timeout_minutes: int = 30) -> dict[str, Any]:
+    """A ``SageMakerLogMonitoring`` rule (toolkit-for-ray-on-sagemaker-ai's ``LogMonitorConfig.rules``) that
+    flags a job whose console tracker printed no step line for ``timeout_minutes``."""
+    return {"name": "skyrl_engine_step", "type": "log_pattern", "enabled": True,
+            "log_pattern": STEP_LINE_PATTERN, "timeout_minutes": timeout_minutes}
 
 
 def _numbers(row: dict[str, Any]) -> dict[str, float]:
