@@ -64,6 +64,49 @@ object, or an unknown state); its metrics and trajectories are still read. Like 
 readers' word: the engine never writes it."""
 
 
+#: "reward first -> last" averages this many steps at each end at most (a quarter of the run for short
+#: runs, at least one): a single step's reward is noisy. The demo, the notebook and the dashboard all use
+#: :func:`reward_change`.
+REWARD_WINDOW = 20
+
+
+@dataclass(frozen=True)
+class RewardChange:
+    """The mean ``reward/avg_raw_reward`` of a run's first and of its last ``window`` steps (None: no reward)."""
+
+    first: float | None
+    last: float | None
+    window: int
+    steps: int
+
+    @property
+    def gain(self) -> float | None:
+        return None if self.first is None or self.last is None else self.last - self.first
+
+    def averaged(self) -> str:
+        """What the two figures average, in words."""
+        return "first and last step" if self.window == 1 else f"means of the first and last {self.window} steps"
+
+    def __str__(self) -> str:
+        if self.first is None or self.last is None:
+            return "no reward yet"
+        return f"{self.first:.3f} -> {self.last:.3f} ({self.gain:+.3f}; {self.averaged()} of {self.steps})"
+
+
+def reward_change(rewards: Iterable[float | None], window: int = REWARD_WINDOW) -> RewardChange:
+    """"Reward first -> last" the one way: the mean of the first and of the last ``k`` rewards, ``k`` =
+    ``min(window, steps // 4)``, at least 1 (missing rewards skipped).
+
+    >>> str(reward_change([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]))
+    '0.150 -> 0.750 (+0.600; means of the first and last 2 steps of 8)'
+    """
+    values = [float(r) for r in rewards if _is_number(r)]
+    if not values:
+        return RewardChange(None, None, 0, 0)
+    k = max(1, min(window, len(values) // 4))
+    return RewardChange(sum(values[:k]) / k, sum(values[-k:]) / k, k, len(values))
+
+
 def part_name(step: int) -> str:
     """The file name of step ``step``'s trajectory part: ``step_000007.parquet``."""
     return f"step_{step:06d}.parquet"
@@ -716,6 +759,10 @@ class RunReader:
                 if rows:
                     return rows[-1]
         return {}
+
+    def reward_change(self) -> RewardChange:
+        """Reward first -> last of this run (:func:`reward_change` over every metrics row)."""
+        return reward_change(row.get(REWARD_KEY) for row in self.metrics())
 
     def metrics_frame(self):
         """All metric rows as a pandas DataFrame indexed by step."""

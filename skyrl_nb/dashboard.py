@@ -235,9 +235,11 @@ class Dashboard:
         return max(0.0, (self.total_steps - self.step) * per)
 
     def header(self) -> str:
-        """One line: run id, state, step / total, reward first -> last."""
-        r = [v for v in self.series.data["reward_mean"] if v is not None]
-        reward = f", reward {r[0]:.3f} -> {r[-1]:.3f}" if r else ""
+        """One line: run id, state, step / total, reward first -> last (``skyrl_core.runs.reward_change``)."""
+        from skyrl_core.runs import reward_change
+
+        change = reward_change(self.series.data["reward_mean"])
+        reward = f", reward {change}" if change.first is not None else ""
         err = f", error: {str(self.error).strip().splitlines()[-1][:120]}" if str(self.error or "").strip() else ""
         found = self.reader.warnings
         more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""

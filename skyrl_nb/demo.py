@@ -5,7 +5,9 @@
 The executed notebook is kept at `notebooks/quickstart.out.ipynb` (git-ignored), the run under
 `runs/`. The kernel is this interpreter: a kernelspec named `skyrl-nb` pointing at `sys.executable`
 is installed into this environment first, so a fresh clone needs nothing else. The dashboard
-renders as a static SVG (`SKYRL_NB_STATIC=1`), which keeps the notebook small.
+renders as a static SVG (`SKYRL_NB_STATIC=1`), which keeps the notebook small. While the notebook runs,
+a line every few seconds says where the run is (step, reward, ETA: :func:`progress_lines`). "Reward first
+-> last" is `skyrl_core.runs.reward_change`, as in the notebook and the dashboard.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,17 +56,37 @@ def run_quickstart(out: Path, parameters: dict[str, Any], *, kernel: str | None 
 
 
 def summarize(run_dir: Path) -> dict[str, Any]:
-    """Reward first -> last (means of a few steps at each end, as the notebook computes them)."""
+    """State, steps and reward first -> last (``RunReader.reward_change``: what the notebook prints)."""
     from skyrl_core.runs import RunReader
 
     run = RunReader(run_dir)
-    rows = run.metrics()
-    rewards = [r["reward/avg_raw_reward"] for r in rows if r.get("reward/avg_raw_reward") is not None]
-    k = max(1, min(5, len(rewards) // 4))
-    first = sum(rewards[:k]) / k if rewards else float("nan")
-    last = sum(rewards[-k:]) / k if rewards else float("nan")
-    return {"run_id": run.run_id, "state": run.status().get("state"), "steps": len(rows),
-            "reward_first": first, "reward_last": last}
+    change = run.reward_change()
+    nan = float("nan")
+    return {"run_id": run.run_id, "state": run.status().get("state"), "steps": len(run.metrics()),
+            "reward_first": nan if change.first is None else change.first,
+            "reward_last": nan if change.last is None else change.last, "reward": str(change)}
+
+
+def progress_lines(run_dir: Path, stop: threading.Event, every_s: float = 5.0,
+                   say: Callable[[str], None] = print) -> None:
+    """Until ``stop`` is set: every ``every_s`` seconds one line on where the run is (step / total, reward of
+    the last step, ETA at the recent pace), read from its run store with the dashboard's own reader."""
+    from skyrl_nb.dashboard import Dashboard
+
+    dash: Any = None
+    started = time.monotonic()
+    while not stop.wait(every_s):
+        if dash is None:
+            if not (run_dir / "status.json").exists():
+                say(f"demo: starting the Ray head and the job ({time.monotonic() - started:.0f} s)")
+                continue
+            dash = Dashboard(run_dir, static=True)
+        dash.refresh()
+        rewards = [r for r in dash.series.data["reward_mean"] if r is not None]
+        eta = dash.eta_s()
+        say(f"demo: step {dash.step}/{dash.total_steps or '?'}, {dash.state}"
+            + (f", reward {rewards[-1]:.3f}" if rewards else "")
+            + (f", ETA {eta / 60:.0f} min {eta % 60:02.0f} s" if eta is not None else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,16 +103,22 @@ def main(argv: list[str] | None = None) -> int:
               "keep_cluster": args.keep_cluster}
     error = None
     start = time.monotonic()
+    stop = threading.Event()
+    reporter = threading.Thread(target=progress_lines, args=(args.run_root / run_id, stop), daemon=True,
+                                kwargs={"say": lambda line: print(line, flush=True)})
+    reporter.start()
     try:
         run_quickstart(args.out, params)
     except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
         error = exc
+    finally:
+        stop.set()
+        reporter.join(timeout=10)
     wall = time.monotonic() - start
     size_kb = args.out.stat().st_size / 1024 if args.out.exists() else 0.0
     s = summarize(args.run_root / run_id) if (args.run_root / run_id).exists() else {
         "state": "not started", "steps": 0, "reward_first": float("nan"), "reward_last": float("nan")}
-    print(f"skyrl-nb demo: reward {s['reward_first']:.3f} -> {s['reward_last']:.3f} "
-          f"({s['reward_last'] - s['reward_first']:+.3f}) over {s['steps']} steps, {s['state']}, "
+    print(f"skyrl-nb demo: reward {s.get('reward', 'no reward yet')}, {s['steps']} steps, {s['state']}, "
           f"wall {wall:.0f} s, notebook {size_kb:.0f} KB at {os.path.relpath(args.out, Path.cwd())}")
     record = {**s, "wall_s": wall, "notebook_kb": size_kb, "notebook": str(args.out)}
     (REPO / "runs").mkdir(exist_ok=True)

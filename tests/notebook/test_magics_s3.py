@@ -28,4 +28,4 @@ def test_magics_read_runs_on_s3(shell: Any, s3: Any, monkeypatch: Any) -> None:
     writer.set_status("succeeded", step=3)
     dash.refresh()
     assert dash.points == 3 and dash.state == "succeeded"
-    assert "s3-run: succeeded, step 3/3, reward 0.250 -> 0.900" in dash.header()
+    assert "s3-run: succeeded, step 3/3, reward 0.250 -> 0.900 (+0.650; first and last step of 3)" in dash.header()
