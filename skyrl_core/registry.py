@@ -184,6 +184,7 @@ ENVIRONMENTS = Registry("environment", "environment.env_class")
 
 # skyrl-nb's own environments (the classes live in the engine; only their entry points are named here).
 ENVIRONMENTS.register("arithmetic", "skyrl_engine.tasks:ArithmeticEnv")
+ENVIRONMENTS.register("gsm8k_flexible", "skyrl_engine.tasks:GSM8kFlexibleEnv")
 
 
 def register_advantage_estimator(name: str) -> Callable[[Callable], Callable]:

@@ -36,13 +36,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_engine import checkpoint
+from skyrl_engine import checkpoint, lora
 
 WEIGHT_FILE = re.compile(r"^model(-\d+-of-\d+)?\.safetensors$|^model\.safetensors\.index\.json$")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "chat_template.json", "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
-TOKENIZER_DIRS = ("additional_chat_templates",)
-ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+ADAPTER_FILES = (lora.ADAPTER_WEIGHTS, lora.ADAPTER_CONFIG)
 GENERATION_CONFIG = "generation_config.json"
 METADATA_FILE = "skyrl_export.json"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
@@ -281,15 +278,6 @@ def _has_tokenizer(path: str) -> bool:
                for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"))
 
 
-def _copy_tokenizer(source: str, out: str) -> None:
-    for name in TOKENIZER_FILES:
-        if os.path.isfile(os.path.join(source, name)):
-            shutil.copyfile(os.path.join(source, name), os.path.join(out, name))
-    for name in TOKENIZER_DIRS:
-        if os.path.isdir(os.path.join(source, name)):
-            shutil.copytree(os.path.join(source, name), os.path.join(out, name))
-
-
 def _generation_config(sources: list[str], tokenizer) -> dict[str, Any]:
     """The first ``generation_config.json`` of ``sources`` (or a new one), with the tokenizer's eos and pad ids:
     the tokenizer's EOS is among ``eos_token_id`` (other stop ids there are kept), pad is the tokenizer's."""
@@ -344,7 +332,7 @@ def _auto_tokenizer_problem(out: str, tokenizer) -> str | None:
 def _build(ckpt: _Checkpoint, out: str, shown_as: str) -> ExportResult:
     """Write the model directory for ``ckpt`` into the empty directory ``out``."""
     from skyrl_engine.gguf_models import special_token_problems
-    from skyrl_engine.models import load_tokenizer
+    from skyrl_engine.models import copy_tokenizer_files, load_tokenizer
 
     policy = ckpt.policy_dir
     warnings: list[str] = []
@@ -358,10 +346,10 @@ def _build(ckpt: _Checkpoint, out: str, shown_as: str) -> ExportResult:
     base_model = _dig(cfg, "trainer.policy.model.path")
     gen_sources = [policy]
     if _has_tokenizer(policy):
-        _copy_tokenizer(policy, out)
+        copy_tokenizer_files(policy, out)
     else:
         base_dir = _base_model_dir(cfg, policy)
-        _copy_tokenizer(base_dir, out)
+        copy_tokenizer_files(base_dir, out)
         gen_sources.append(base_dir)
     tokenizer = load_tokenizer(out)
     if tokenizer.eos_token_id is None:
@@ -375,11 +363,11 @@ def _build(ckpt: _Checkpoint, out: str, shown_as: str) -> ExportResult:
     auto_problem = _auto_tokenizer_problem(out, tokenizer)
     if auto_problem:
         warnings.append(auto_problem)
-    adapter = all(os.path.isfile(os.path.join(policy, name)) for name in ADAPTER_FILES)
+    adapter = lora.has_adapter(policy)
     if adapter:
-        os.makedirs(os.path.join(out, "adapter"))
+        os.makedirs(os.path.join(out, lora.ADAPTER_DIR))
         for name in ADAPTER_FILES:
-            shutil.copyfile(os.path.join(policy, name), os.path.join(out, "adapter", name))
+            shutil.copyfile(os.path.join(policy, lora.ADAPTER_DIR, name), os.path.join(out, lora.ADAPTER_DIR, name))
     meta = {
         "format": 1, "exported_by": "skyrl-nb", "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "run_dir": ckpt.run_dir, "run_id": os.path.basename(ckpt.run_dir) if ckpt.run_dir else None,

@@ -190,10 +190,16 @@ class GeneratorWorker:
             result[f"eval/{source}/avg_score"] = sum(picked) / len(picked)
         return result
 
-    def load_weights(self, weights: Any) -> float:
-        """Install the trainer's weights (a state dict) in the backend; return seconds taken."""
+    def load_weights(self, weights: Any) -> dict[str, float]:
+        """Install the trainer's weights (a state dict, or a LoRA adapter where the backend takes one) in the
+        backend; ``{"seconds", "bytes"}`` it took and received."""
         self.version += 1
-        return self.backend.update_weights(weights, self.version)
+        seconds = self.backend.update_weights(weights, self.version)
+        return {"seconds": float(seconds), "bytes": float(payload_bytes(weights))}
+
+    def accepts_lora_adapter(self) -> bool:
+        """Whether the backend merges LoRA adapters itself (a LoRA policy then syncs only its adapters)."""
+        return bool(getattr(self.backend, "accepts_lora_adapter", False))
 
     def sleep(self) -> None:
         """Free device memory while the policy trains (colocated vLLM on GPU); a no-op otherwise."""
@@ -215,6 +221,15 @@ class GeneratorWorker:
         import html
 
         return f"<code>{html.escape(repr(self))}</code>"
+
+
+def payload_bytes(weights: Any) -> int:
+    """Bytes of a weight sync's payload: a LoRA adapter's, a state dict's tensors (0 for a directory)."""
+    if hasattr(weights, "nbytes") and not hasattr(weights, "items"):
+        return int(weights.nbytes)
+    if hasattr(weights, "values"):
+        return sum(int(t.numel() * t.element_size()) for t in weights.values() if hasattr(t, "element_size"))
+    return 0
 
 
 def model_max_positions(model_path: str) -> int:

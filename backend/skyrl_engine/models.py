@@ -98,6 +98,21 @@ def load_tokenizer(path: str):
     return tok
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "chat_template.json", "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
+TOKENIZER_DIRS = ("additional_chat_templates",)
+
+
+def copy_tokenizer_files(source: str, out: str) -> None:
+    """Copy a model directory's tokenizer (files and chat templates) into ``out``."""
+    for name in TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(out, name))
+    for name in TOKENIZER_DIRS:
+        if os.path.isdir(os.path.join(source, name)):
+            shutil.copytree(os.path.join(source, name), os.path.join(out, name), dirs_exist_ok=True)
+
+
 def load_model(path: str):
     """A float32 causal LM from a local directory, in eval mode."""
     import torch

@@ -119,7 +119,8 @@ def make_optimizer(model: Any, optimizer_config: Any, total_optimizer_steps: int
     from transformers import get_scheduler
 
     oc = optimizer_config
-    optimizer = torch.optim.AdamW(model.parameters(), lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay)
+    trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters alone
+    optimizer = torch.optim.AdamW(trained, lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay)
     scheduler = get_scheduler(str(oc.scheduler), optimizer, num_warmup_steps=oc.num_warmup_steps,
                               num_training_steps=max(1, total_optimizer_steps))
     return optimizer, scheduler
@@ -175,6 +176,8 @@ class PolicyWorker(TrainableWorker):
 
     ``trainer`` is the config's ``trainer`` section; ``temperature`` the generator's sampling
     temperature (the log-probs are taken under the same tempered softmax the sampler drew from).
+    With ``trainer.policy.model.lora.rank > 0`` the model is a PEFT model and only its adapters train
+    (:mod:`skyrl_engine.lora`).
     """
 
     role = "policy"
@@ -182,13 +185,18 @@ class PolicyWorker(TrainableWorker):
     def __init__(self, model_path: str, trainer: TrainerConfig, temperature: float, total_steps: int,
                  num_threads: int = 0, plugins: list[str] | tuple[str, ...] = (), rank: int = 0,
                  world_size: int = 1):
+        from skyrl_engine import lora
         from skyrl_engine.models import load_model
 
         self.num_threads = prepare_worker(num_threads, plugins)
         t = self.trainer = trainer
         self.algo = t.algorithm
         self.temperature = float(temperature) or 1.0
+        self.model_path = model_path
+        self.lora = t.policy.model.lora if lora.enabled(t.policy.model.lora) else None
         self.model = load_model(model_path)
+        if self.lora is not None:
+            self.model = lora.wrap(self.model, self.lora, int(t.seed))
         self.model.train()
         self._setup(t.policy.optimizer_config, t.policy.fsdp_config,
                     total_steps * updates_per_step(t, t.policy_mini_batch_size), rank, world_size)
@@ -295,11 +303,66 @@ class PolicyWorker(TrainableWorker):
                                          lambda model, micro: response_logprobs(model, micro, self.temperature)[0])
 
     # -- weights and state --------------------------------------------------------------------
-    def get_weights(self) -> dict[str, Any]:
-        """The policy's state dict (CPU tensors, detached copies) for the generator; with several ranks
-        every rank must call it and rank 0 returns the gathered whole ({} on the others)."""
+    def get_weights(self, adapter_only: bool = False) -> Any:
+        """The policy's weights for the generator (CPU tensors, detached copies): the state dict (LoRA merged),
+        or with ``adapter_only`` and LoRA just the adapters (a :class:`skyrl_engine.lora.LoraAdapter`, which
+        the torch generator merges itself). With several ranks every rank must call it and rank 0 returns
+        the gathered whole ({} on the others)."""
+        if self.lora is not None and adapter_only:
+            from skyrl_engine.lora import adapter_of
+
+            return adapter_of(self.model)
         return self.full_state_dict()
 
+    def full_state_dict(self) -> dict[str, Any]:
+        """The whole model's state dict; with LoRA the plain model's, every adapter merged."""
+        if self.lora is not None:
+            from skyrl_engine.lora import merged_state_dict
+
+            return merged_state_dict(self.model)
+        return super().full_state_dict()
+
+    def parameter_counts(self) -> dict[str, Any]:
+        """``{"total", "trainable", "lora_rank"}`` of the policy (``trainable`` is the adapters' with LoRA)."""
+        from skyrl_engine.lora import parameter_counts
+
+        return {**parameter_counts(self.model), "lora_rank": int(self.lora.rank) if self.lora is not None else 0}
+
     def _write_weights(self, role_dir: str, weights: dict[str, Any]) -> None:
-        """A Hugging Face model directory: ``model.safetensors`` + ``config.json``."""
-        self.unwrapped.save_pretrained(role_dir, state_dict=weights, safe_serialization=True)
+        """A Hugging Face model directory that loads without skyrl-nb: ``model.safetensors`` (LoRA merged),
+        ``config.json``, ``generation_config.json`` and the base model's tokenizer; with LoRA also the PEFT
+        adapter (``adapter_model.safetensors``, ``adapter_config.json``)."""
+        from skyrl_engine.models import copy_tokenizer_files
+
+        if self.lora is not None:
+            from skyrl_engine.lora import save_adapter
+
+            self.unwrapped.get_base_model().save_pretrained(role_dir, state_dict=weights, safe_serialization=True)
+            save_adapter(self.unwrapped, role_dir)
+        else:
+            self.unwrapped.save_pretrained(role_dir, state_dict=weights, safe_serialization=True)
+        copy_tokenizer_files(self.model_path, role_dir)
+
+    def _read_weights(self, role_dir: str) -> dict[str, Any]:
+        """The checkpoint's weights: its LoRA adapter (with LoRA), else the consolidated model."""
+        from skyrl_engine.lora import has_adapter
+
+        saved_lora = has_adapter(role_dir)
+        if (self.lora is not None) != saved_lora:
+            now = f"trainer.policy.model.lora.rank={self.lora.rank}" if self.lora is not None else "no LoRA"
+            then = "a LoRA adapter" if saved_lora else "no LoRA adapter (a full fine-tune)"
+            raise ValueError(f"trainer.policy.model.lora.rank: {os.path.dirname(role_dir)} holds {then}, but this "
+                             f"run has {now}; resume with the LoRA settings the checkpoint was trained with")
+        if self.lora is None:
+            return super()._read_weights(role_dir)
+        from skyrl_engine.lora import read_adapter
+
+        return read_adapter(role_dir)
+
+    def _load_weights(self, role_dir: str, weights: dict[str, Any]) -> None:
+        """Install what :meth:`_read_weights` read: the adapters over the base model (with LoRA)."""
+        if self.lora is None:
+            return super()._load_weights(role_dir, weights)
+        from skyrl_engine.lora import install_adapter
+
+        install_adapter(self.model, weights, role_dir)

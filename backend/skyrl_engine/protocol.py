@@ -70,13 +70,18 @@ class TokenGenerator(Protocol):
     max_context_tokens: int | None
     """Prompt plus response tokens one sequence may hold (None: no hard limit)."""
 
+    accepts_lora_adapter: bool
+    """Whether :meth:`update_weights` takes a LoRA adapter alone (the torch sampler) or needs merged weights."""
+
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, params: SamplingParams, seed: int,
                  stop_token_ids: Sequence[int] = ()) -> Completions:
         """Sample ``n`` completions for every prompt (seeded: same inputs, same draws)."""
         ...
 
     def update_weights(self, weights: Mapping[str, Any] | str | os.PathLike, version: int) -> float:
-        """Install new policy weights (a state dict, or a directory of safetensors); return seconds taken."""
+        """Install new policy weights (a state dict, or a directory of safetensors); return seconds taken.
+        A backend that says ``accepts_lora_adapter = True`` also takes a :class:`skyrl_engine.lora.LoraAdapter`
+        (the adapters alone, merged into the base model it started with); the others get merged weights."""
         ...
 
     def sleep(self) -> None:

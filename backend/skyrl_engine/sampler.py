@@ -25,6 +25,8 @@ from skyrl_engine.protocol import Completions
 if TYPE_CHECKING:
     import torch
 
+    from skyrl_engine.lora import LoraAdapter
+
 __all__ = ["SampleBatch", "SamplingParams", "TorchSampler", "filter_logits", "left_pad", "position_ids_from_mask",
            "sample"]
 
@@ -198,6 +200,8 @@ class TorchSampler:
         self.pad_id = pad_id
         self.version = 0
         self.max_context_tokens: int | None = None  # no hard limit: positions past training extrapolate
+        self._lora_base: dict[str, Any] | None = None  # the base weights LoRA adapters merge into
+        self.accepts_lora_adapter = True
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, params: SamplingParams, seed: int,
                  stop_token_ids: Sequence[int] = ()) -> Completions:
@@ -221,10 +225,15 @@ class TorchSampler:
             generate_s=time.perf_counter() - t0,
         )
 
-    def update_weights(self, weights: Mapping[str, Any] | str, version: int) -> float:
-        """Load a full state dict from the trainer (or a directory of safetensors)."""
+    def update_weights(self, weights: Mapping[str, Any] | str | LoraAdapter, version: int) -> float:
+        """Load a full state dict from the trainer (or a directory of safetensors), or a LoRA adapter, which is
+        merged into the base model this sampler started with (:func:`skyrl_engine.lora.apply_adapter`)."""
+        from skyrl_engine.lora import LoraAdapter, apply_adapter
+
         t0 = time.perf_counter()
-        if isinstance(weights, Mapping):
+        if isinstance(weights, LoraAdapter):
+            self._lora_base = apply_adapter(self.model, weights, self._lora_base)
+        elif isinstance(weights, Mapping):
             self.model.load_state_dict(weights, strict=True)
         else:
             from skyrl_engine.models import load_model

@@ -109,11 +109,103 @@ def _make_arithmetic_env_class():
     return ArithmeticEnv
 
 
+# --------------------------------------------------------------------------------------------
+# the built-in word problems (the smollm2 preset): GSM8K-style, scored by skyrl-gym's gsm8k extraction
+
+WORD_PROBLEM_SPLITS = {"train": 2048, "test": 64}
+WORD_PROBLEM_SEED = {"train": 2024, "test": 4202}
+WORD_PROBLEM_THREE_DIGITS = 0.3
+_NAMES = ("Sam", "Mia", "Leo", "Ava", "Noah", "Emma", "Omar", "Lena", "Ravi", "Yuki")
+_ITEMS = ("apples", "books", "coins", "stamps", "marbles", "stickers", "shells", "cards")
+# (question, operation): {n} a name, {a} and {b} the numbers, {items} what is counted
+_WORD_TEMPLATES = (
+    ("{n} has {a} {items} and gets {b} more. How many {items} does {n} have now?", "+"),
+    ("{n} collected {a} {items} on Monday and {b} on Tuesday. How many {items} did {n} collect in all?", "+"),
+    ("A box holds {a} {items}. {n} puts in {b} more. How many {items} are in the box now?", "+"),
+    ("{n} had {a} {items} and gave away {b}. How many {items} does {n} have left?", "-"),
+    ("A shop had {a} {items} and sold {b} of them. How many {items} are left?", "-"),
+    ("{n} needs {a} {items} and already has {b}. How many more {items} does {n} need?", "-"),
+)
+# One worked example before the question, as a chat turn: the format an instruct model then follows
+# ("... = 17. The answer is 17."). Without it SmolLM2-135M rambles past its answer; skyrl-gym's strict
+# "#### n" format gives an untrained model no signal at all (docs/models.md).
+WORD_PROBLEM_EXAMPLE = (
+    {"role": "user", "content": "Tom has 12 pens and gets 5 more. How many pens does Tom have now?"},
+    {"role": "assistant", "content": "12 + 5 = 17. The answer is 17."},
+)
+
+
+def word_problem_rows(split: str) -> list[dict[str, Any]]:
+    """Built-in arithmetic word problems in SkyRL's gsm8k row format, for ``builtin://word_problems/{split}``.
+
+    Each is one addition or subtraction of a two- or three-digit number (three digits for 30%) and a
+    two-digit one, from one of
+    ``_WORD_TEMPLATES`` (answers are never negative), asked after one worked example. Scored by the
+    ``gsm8k_flexible`` environment: the last number in the response against ``reward_spec.ground_truth``.
+    Generated deterministically (a fixed seed per split), so every process sees the same rows.
+    """
+    import numpy as np
+
+    if split not in WORD_PROBLEM_SPLITS:
+        raise ValueError(f"builtin://word_problems/{split}: unknown split; allowed: train, test")
+    rng = np.random.default_rng(WORD_PROBLEM_SEED[split])
+    rows = []
+    for i in range(WORD_PROBLEM_SPLITS[split]):
+        template, op = _WORD_TEMPLATES[int(rng.integers(len(_WORD_TEMPLATES)))]
+        # two digits mostly, three digits for one in WORD_PROBLEM_THREE_DIGITS: SmolLM2-135M solves few of
+        # those, and a task it never solves gives GRPO no group to learn from (docs/models.md)
+        a = int(rng.integers(100, 1000)) if rng.random() < WORD_PROBLEM_THREE_DIGITS else int(rng.integers(10, 100))
+        b = int(rng.integers(10, 100))
+        if op == "-" and b > a:
+            a, b = b, a
+        answer = a + b if op == "+" else a - b
+        question = template.format(n=_NAMES[int(rng.integers(len(_NAMES)))], a=a, b=b,
+                                   items=_ITEMS[int(rng.integers(len(_ITEMS)))])
+        rows.append({
+            "data_source": "word_problems",
+            "prompt": [*WORD_PROBLEM_EXAMPLE, {"role": "user", "content": question}],
+            "env_class": "gsm8k_flexible",
+            "reward_spec": {"method": "rule", "ground_truth": str(answer)},
+            "extra_info": {"split": split, "index": i, "a": a, "b": b, "op": op, "question": question},
+        })
+    return rows
+
+
+def flexible_answer(response: str) -> str | None:
+    """The answer skyrl-gym's gsm8k extraction finds in its flexible mode (the last number in the response),
+    without the sentence's trailing '.' or thousands commas it keeps ("... is 1,204." -> "1204")."""
+    from skyrl_gym.envs.gsm8k.utils import extract_solution
+
+    found = extract_solution(response, method="flexible")
+    if found is None:
+        return None
+    found = found.replace(",", "").rstrip(".")
+    return found or None
+
+
+def _make_gsm8k_flexible_env_class():
+    from skyrl_gym.envs.gsm8k.env import GSM8kEnv
+
+    class GSM8kFlexibleEnv(GSM8kEnv):
+        """skyrl-gym's single-turn gsm8k environment, scored by the last number in the response
+        (:func:`flexible_answer`) instead of the strict ``#### n`` format: 1.0 when it is the ground truth."""
+
+        def _get_reward(self, action: str) -> float:
+            return 1.0 if flexible_answer(action) == str(self.ground_truth).strip() else 0.0
+
+    GSM8kFlexibleEnv.__module__ = __name__
+    GSM8kFlexibleEnv.__qualname__ = "GSM8kFlexibleEnv"
+    return GSM8kFlexibleEnv
+
+
+_LAZY_ENVS = {"ArithmeticEnv": _make_arithmetic_env_class, "GSM8kFlexibleEnv": _make_gsm8k_flexible_env_class}
+
+
 def __getattr__(name: str):
-    # The env class subclasses skyrl-gym's base; build it lazily so importing tasks stays light.
-    if name == "ArithmeticEnv":
-        cls = _make_arithmetic_env_class()
-        globals()["ArithmeticEnv"] = cls
+    # The env classes subclass skyrl-gym's; build them lazily so importing tasks stays light.
+    if name in _LAZY_ENVS:
+        cls = _LAZY_ENVS[name]()
+        globals()[name] = cls
         return cls
     raise AttributeError(name)
 
@@ -204,10 +296,12 @@ def read_rows(path: str) -> list[dict[str, Any]]:
             from skyrl_engine.text2sql_data import text2sql_rows
 
             return text2sql_rows(name.split("/", 1)[1])
-        match = re.fullmatch(r"arithmetic/(\w+)", name)
+        match = re.fullmatch(r"(arithmetic|word_problems)/(\w+)", name)
         if not match:
-            raise ValueError(f"{path}: unknown built-in dataset; allowed: builtin://arithmetic/train, builtin://arithmetic/test")
-        return arithmetic_rows(match.group(1))
+            from skyrl_core.config import BUILTIN_DATASETS
+
+            raise ValueError(f"{path}: unknown built-in dataset; allowed: {', '.join(BUILTIN_DATASETS)}")
+        return (arithmetic_rows if match.group(1) == "arithmetic" else word_problem_rows)(match.group(2))
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: dataset file not found")
     return _read_file(path)

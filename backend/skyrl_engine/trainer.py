@@ -242,7 +242,7 @@ class RLTrainer:
             self.global_step = start
             self._status("running", step=start, total_steps=self.total_steps)
             if start == 0:
-                started = {**started, **self._rank_records()}
+                started = {**started, **self._rank_records(), "policy_parameters": self.workers.policy_parameters()}
                 self.writer.log_event("started", step=0, total_steps=self.total_steps, **started)
                 if self.cfg.trainer.eval_before_train and self.val_rows:
                     self.writer.log_event("eval", step=0, **self.evaluate(0))
@@ -343,6 +343,8 @@ class RLTrainer:
             self.writer.log_event("checkpoint_saved", step=step, path=path)
         timings["step"] = timings.get("step", 0.0) + time.perf_counter() - started
         metrics.update(_timing_metrics(timings))
+        if self.workers.last_sync:  # what the last weight sync moved: the whole model, or LoRA's adapters
+            metrics["policy/sync_weights_bytes"] = self.workers.last_sync["bytes"]
         self.writer.log_metrics(step, metrics)
         return metrics
 

@@ -340,6 +340,7 @@ class VLLMGenerator:
         self._own_weights_dir = weights_dir is None
         self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="skyrl-vllm-weights-"))
         self.version = 0
+        self.accepts_lora_adapter = False  # engines load whole models: a LoRA run sends merged weights
         if weight_sync == "auto":
             on_gpu = placement.plan.device == "GPU" if placement is not None else ray.cluster_resources().get("GPU", 0) > 0
             weight_sync = "memory" if on_gpu else "disk"

@@ -198,13 +198,17 @@ class Workers:
     """The roles of one job; the loops' only way to generate, train, sync weights and checkpoint."""
 
     def __init__(self, generator: Role, policy: Role, critic: Role | None = None, reference: Role | None = None,
-                 *, placement: Any | None = None, colocated: bool = False) -> None:
+                 *, placement: Any | None = None, colocated: bool = False, adapter_sync: bool = False) -> None:
         self.generator = generator
         self.policy = policy
         self.critic = critic
         self.reference = reference
         self.placement = placement
         self.colocated = colocated
+        self.adapter_sync = adapter_sync
+        """A LoRA policy whose generator merges adapters itself: a sync sends the adapters alone."""
+        self.last_sync: dict[str, float] = {}
+        """``{"seconds", "bytes"}`` of the last :meth:`load_weights` on the generator's side."""
 
     # -- building -------------------------------------------------------------------------------
     @classmethod
@@ -239,13 +243,16 @@ class Workers:
         policy_args = (model_path, t, g.sampling_params.temperature, total_steps, threads, plugins)
         critic_args = (critic_model_path(cfg, model_path), t, total_steps, threads, plugins) if needs_critic(cfg) else None
         reference_args = (model_path, t, g.sampling_params.temperature, threads, plugins) if t.algorithm.use_kl_loss else None
+        lora = bool(t.policy.model.lora.rank)
         if in_process:
+            generator = cls.generator_role(cfg, model_path, **generator_opts)
             return cls(
-                generator=cls.generator_role(cfg, model_path, **generator_opts),
+                generator=generator,
                 policy=Role(PolicyWorker(*policy_args)),
                 critic=Role(CriticWorker(*critic_args)) if critic_args else None,
                 reference=Role(ReferenceWorker(*reference_args)) if reference_args else None,
                 colocated=bool(t.placement.colocate_all),
+                adapter_sync=lora and generator.call("accepts_lora_adapter"),
             )
         from skyrl_engine.placement import Placement, plan_placement
 
@@ -267,12 +274,14 @@ class Workers:
             if reference is not None:
                 roles.append(reference)
             Role.wait([r.submit("ping") for r in roles])
+            adapter_sync = lora and generator.call("accepts_lora_adapter")
         except BaseException:
             for role in roles:
                 role.close()
             placement.remove()
             raise
-        return cls(generator, policy, critic, reference, placement=placement, colocated=bool(t.placement.colocate_all))
+        return cls(generator, policy, critic, reference, placement=placement, colocated=bool(t.placement.colocate_all),
+                   adapter_sync=adapter_sync)
 
     @staticmethod
     def _ranked(worker_cls: type, ranks: int, options: Any, strategy: str, args: tuple[Any, ...]) -> Role:
@@ -334,7 +343,7 @@ class Workers:
 
         The snapshot is taken before this returns, so the policy may go on training meanwhile.
         """
-        pending = self.policy.submit("get_weights")
+        pending = self.policy.submit("get_weights", self.adapter_sync)
         if _is_ref(pending):
             import ray
 
@@ -342,12 +351,18 @@ class Workers:
         return pending
 
     def load_weights(self, weights: Any) -> None:
-        """Generator side of a sync: install a snapshot from :meth:`export_weights`."""
-        self.generator.call("load_weights", weights)
+        """Generator side of a sync: install a snapshot from :meth:`export_weights` (what it took and moved:
+        :attr:`last_sync`)."""
+        self.last_sync = self.generator.call("load_weights", weights)
 
     def sync_weights(self) -> None:
-        """Policy → generator (``timing/sync_weights``)."""
+        """Policy → generator (``timing/sync_weights``): the whole model, or a LoRA policy's adapters alone
+        where the generator merges them itself."""
         self.load_weights(self.export_weights())
+
+    def policy_parameters(self) -> dict[str, Any]:
+        """``{"total", "trainable", "lora_rank"}`` of the policy."""
+        return self.policy.call("parameter_counts")
 
     # -- state ----------------------------------------------------------------------------------
     def save_checkpoint(self, ckpt_dir: str, extra: dict[str, Any]) -> None:

@@ -99,7 +99,7 @@ def test_export_loads_in_plain_transformers_and_generates_like_the_sampler(run_d
     assert "ExportResult(" in repr(result) and "<table>" in result._repr_html_()
     meta = json.loads((dest / "skyrl_export.json").read_text())
     assert (meta["step"], meta["run_id"], meta["base_model"]) == (STEPS, "unit", tiny_model_dir)
-    assert meta["tokenizer_from"] == tiny_model_dir  # this checkpoint has no tokenizer files: the base model's
+    assert meta["tokenizer_from"] == "checkpoint"  # the policy saves its tokenizer with each checkpoint
     # transformers 5 maps model_type qwen2 to Qwen2Tokenizer, which drops the char tokenizer's spaces: said once
     assert any("PreTrainedTokenizerFast" in w for w in result.warnings)
     tokenizer = load_tokenizer(tiny_model_dir)
@@ -171,7 +171,7 @@ def test_cli_job_and_magic_export(run_dir, tmp_path, capsys, monkeypatch):
 
 
 def test_a_checkpoint_with_its_own_tokenizer_and_a_lora_adapter(run_dir, tmp_path, tiny_model_dir):
-    """The lead's checkpoint layout: tokenizer, generation config and PEFT adapter saved with the policy;
+    """A checkpoint with its tokenizer, generation config and PEFT adapter (in policy/adapter/) saved with it;
     the base model is then not needed (its path here no longer exists)."""
     step_dir = tmp_path / "ckpts" / "global_step_7"
     shutil.copytree(_policy(run_dir, 1), step_dir / "policy")
@@ -182,8 +182,9 @@ def test_a_checkpoint_with_its_own_tokenizer_and_a_lora_adapter(run_dir, tmp_pat
         shutil.copyfile(Path(tiny_model_dir) / name, step_dir / "policy" / name)
     (step_dir / "policy" / "generation_config.json").write_text(json.dumps({"eos_token_id": [5, 1], "pad_token_id": 9,
                                                                            "_from_model_config": True}))
-    (step_dir / "policy" / "adapter_model.safetensors").write_bytes(b"adapter weights")
-    (step_dir / "policy" / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4}')
+    (step_dir / "policy" / "adapter").mkdir()
+    (step_dir / "policy" / "adapter" / "adapter_model.safetensors").write_bytes(b"adapter weights")
+    (step_dir / "policy" / "adapter" / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4}')
 
     result = export_model(step_dir / "policy", tmp_path / "out")
     out = tmp_path / "out"

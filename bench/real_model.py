@@ -1,0 +1,112 @@
+"""The ``smollm2`` preset (SmolLM2-135M-Instruct on word problems), full fine-tuning and LoRA side by side.
+
+Each arm is one ``python -m skyrl_engine train --config smollm2`` job on this machine (colocated on the
+CPU, every role in the job's process), same seed and data, for ``--steps`` steps:
+
+- ``lora``: the preset as it is (LoRA rank 8, alpha 16, lr 2e-4);
+- ``full``: ``trainer.policy.model.lora.rank=0`` and ``--full-lr`` (default 1e-5).
+
+The arms run one after the other, ``--repeats`` times alternating, so the machine's load falls on both.
+Reported per arm: reward mean over the first 10 and the last 10 steps and their difference, the greedy eval
+score before training and at the end, seconds per step (and its generate / train / sync parts), trained
+tokens per second, bytes per weight sync, the job's peak resident memory (its ``ru_maxrss``), and the load
+average around it.
+
+    .venv/bin/python bench/real_model.py --steps 40 --out bench/results/real_model.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW = 10
+ARMS = {
+    "lora": [],
+    "full": ["trainer.policy.model.lora.rank=0"],
+}
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def run_arm(arm: str, steps: int, run_root: str, overrides: list[str], full_lr: float) -> dict:
+    """Train one arm in its own process; its figures from the run store."""
+    from skyrl_core.runs import RunReader
+
+    run_id = f"{arm}-{int(time.time())}"
+    extra = [*ARMS[arm], f"trainer.policy.optimizer_config.lr={full_lr}"] if arm == "full" else []
+    cmd = [sys.executable, "-m", "skyrl_engine", "train", "--config", "smollm2", f"run.run_root={run_root}",
+           f"run.run_id={run_id}", f"trainer.max_training_steps={steps}", "trainer.ckpt_interval=0",
+           f"trainer.eval_interval={steps}", *extra, *overrides]
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    with open(Path(run_root) / f"{run_id}.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    reader = RunReader(os.path.join(run_root, run_id))
+    rows = reader.metrics()
+    if os.waitstatus_to_exitcode(status) != 0 or len(rows) < steps:
+        tail = (Path(run_root) / f"{run_id}.log").read_text()[-2000:]
+        raise RuntimeError(f"{arm}: the job failed (exit {os.waitstatus_to_exitcode(status)}, {len(rows)} steps):\n{tail}")
+    col = {key: [r.get(key) for r in rows] for key in rows[-1]}
+    rewards = col["reward/avg_raw_reward"]
+    evals = {int(e["step"]): e["eval/all/avg_score"] for e in reader.events() if e.get("kind") == "eval"}
+    first, last = _mean(rewards[:WINDOW]), _mean(rewards[-WINDOW:])
+    started_event = next(e for e in reader.events() if e.get("kind") == "started")
+    return {
+        "arm": arm, "overrides": [*extra, *overrides], "steps": len(rows), "wall_s": round(wall, 1),
+        "reward_first10": first, "reward_last10": last, "reward_gain": round(last - first, 4),
+        "eval_before": evals.get(0), "eval_end": evals.get(steps),
+        "step_s": _mean(col["timing/step"]), "generate_s": _mean(col["timing/generate"]),
+        "policy_train_s": _mean(col["timing/policy_train"]), "sync_weights_s": _mean(col["timing/sync_weights"]),
+        "sync_weights_bytes": _mean(col.get("policy/sync_weights_bytes", [])),
+        "train_tokens_per_s": _mean(col["trainer/tokens_per_second"]),
+        "generated_tokens_per_step": _mean(col["generate/avg_num_tokens"]),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "parameters": started_event.get("policy_parameters"),
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "rewards": [round(r, 4) for r in rewards],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each arm, alternating")
+    parser.add_argument("--arms", default="lora,full")
+    parser.add_argument("--full-lr", type=float, default=1e-5)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every arm")
+    args = parser.parse_args(argv)
+    arms = args.arms.split(",")
+    run_root = tempfile.mkdtemp(prefix="skyrl-bench-real-")
+    runs = []
+    for _ in range(args.repeats):
+        for arm in arms:
+            runs.append(run_arm(arm, args.steps, run_root, args.overrides, args.full_lr))
+            print(json.dumps({k: v for k, v in runs[-1].items() if k != "rewards"}), flush=True)
+    result = {"bench": "real_model", "model": "builtin://smollm2-135m-instruct", "preset": "smollm2",
+              "steps": args.steps, "window": WINDOW, "cpus": os.cpu_count(), "runs": runs,
+              "goal": "reward_last10 - reward_first10 >= 0.15 with either arm",
+              "goal_met": {arm: any(r["reward_gain"] >= 0.15 for r in runs if r["arm"] == arm) for arm in arms}}
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["goal_met"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""LoRA (issue 13): only the adapters train, a weight sync carries only them, checkpoints keep both the PEFT
+adapter and the merged model, and a resumed run continues exactly.
+
+One in-process run of the tiny untrained model (3 steps, a checkpoint after each) is shared by the tests here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from skyrl_core.config import load_config
+from skyrl_core.runs import RunReader, RunWriter
+from skyrl_engine import lora
+from skyrl_engine.tasks import load_prompts
+from skyrl_engine.trainer import RLTrainer
+from skyrl_engine.workers import Workers
+
+RANK = 4
+STEPS = 3
+
+
+def _cfg(root: Path, model_dir: str, run_id: str, *extra: str):
+    return load_config("quickstart", [
+        f"trainer.policy.model.path={model_dir}", f"run.run_root={root}", f"run.run_id={run_id}",
+        "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4", "trainer.micro_train_batch_size_per_gpu=8",
+        "generator.n_samples_per_prompt=2", f"trainer.max_training_steps={STEPS}", "trainer.eval_interval=0",
+        "trainer.eval_before_train=false", "trainer.ckpt_interval=1", "trainer.max_ckpts_to_keep=-1", "trainer.num_threads=1",
+        "generator.sampling_params.max_generate_length=4", "trainer.policy.optimizer_config.lr=1e-2",
+        "trainer.algorithm.use_entropy_loss=true",  # a gradient even when every reward ties
+        f"trainer.policy.model.lora.rank={RANK}", "trainer.policy.model.lora.alpha=8", *extra,
+    ])
+
+
+def _train(cfg, model_dir: str):
+    rows = load_prompts(cfg.data.train_data, "arithmetic")
+    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(rows)), in_process=True)
+    try:
+        RLTrainer(cfg, RunWriter(cfg.run_dir), workers, rows, []).train()
+        sampler = {k: v.clone() for k, v in workers.generator.worker.backend.model.state_dict().items()}
+    finally:
+        workers.shutdown()
+    return workers, sampler
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("lora-runs")
+    cfg = _cfg(root, tiny_model_dir, "lora")
+    workers, sampler = _train(cfg, tiny_model_dir)
+    return cfg, workers, sampler
+
+
+def _policy_dir(cfg, step: int) -> Path:
+    return Path(cfg.run_dir) / "checkpoints" / f"global_step_{step}" / "policy"
+
+
+def test_only_adapters_train_and_a_sync_carries_only_them(lora_run, tiny_model_dir):
+    cfg, workers, sampler = lora_run
+    base = load_file(Path(tiny_model_dir) / "model.safetensors")
+    reader = RunReader(cfg.run_dir)
+    started = next(e for e in reader.events() if e["kind"] == "started")
+    adapted = [name for name, layer in lora._lora_layers(workers.policy.worker.model).items()]
+    assert adapted and all(".mlp." in n or ".self_attn." in n for n in adapted)  # all-linear: not the head
+    counts = started["policy_parameters"]
+    base_total = sum(v.numel() for k, v in base.items() if k != "lm_head.weight")
+    assert counts["lora_rank"] == RANK and counts["total"] == base_total + counts["trainable"]
+    assert 0 < counts["trainable"] < counts["total"] / 10
+    # a sync sends the adapters alone: (rank × in + out × rank) float32 per adapted layer
+    adapter_bytes = 4 * sum(RANK * base[f"{n}.weight"].shape[1] + base[f"{n}.weight"].shape[0] * RANK for n in adapted)
+    assert adapter_bytes == 4 * counts["trainable"]
+    rows = reader.metrics()
+    assert [r["policy/sync_weights_bytes"] for r in rows] == [adapter_bytes] * STEPS
+    assert all(r["timing/sync_weights"] >= 0 for r in rows)
+
+    merged = load_file(_policy_dir(cfg, STEPS) / "model.safetensors")
+    assert set(merged) == set(base) - {"lm_head.weight"} or set(merged) == set(base)
+    for key, value in merged.items():  # the base stays frozen: only adapted layers' merged weights moved
+        if key.removesuffix(".weight") in adapted:
+            assert not torch.equal(value, base[key]), key
+        else:
+            assert torch.equal(value, base[key]), key
+    # what the generator samples with is, bit for bit, the checkpoint's (and so the export's) merged model
+    assert all(torch.equal(sampler[k], merged[k]) for k in merged)
+    # the adapters themselves changed from step to step (B starts at zero)
+    first, last = lora.read_adapter(str(_policy_dir(cfg, 1))), lora.read_adapter(str(_policy_dir(cfg, STEPS)))
+    assert set(first) == set(last) and len(last) == 2 * len(adapted)
+    assert all(not torch.equal(first[k], last[k]) for k in last if "lora_B" in k)
+
+
+def test_the_checkpoint_is_a_peft_adapter_and_a_plain_model(lora_run, tiny_model_dir):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    cfg, _, _ = lora_run
+    policy = _policy_dir(cfg, STEPS)
+    names = {p.name for p in policy.iterdir()}
+    assert {"model.safetensors", "config.json", "generation_config.json", "adapter", "tokenizer.json",
+            "tokenizer_config.json"} <= names and "adapter_config.json" not in names
+    assert {p.name for p in (policy / "adapter").iterdir()} == {"adapter_model.safetensors", "adapter_config.json"}
+    adapter_config = json.loads((policy / "adapter" / "adapter_config.json").read_text())
+    assert (adapter_config["r"], adapter_config["lora_alpha"], adapter_config["peft_type"]) == (RANK, 8, "LORA")
+    ids = torch.tensor([[7, 8, 9, 10, 11, 12]])
+    plain = AutoModelForCausalLM.from_pretrained(policy).eval()
+    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                                             policy / "adapter").eval()
+    with torch.no_grad():
+        gap = (plain(ids).logits - with_adapter(ids).logits).abs().max().item()
+    assert gap < 1e-5, gap
+
+
+def test_merging_is_peft_s_and_adapters_never_stack(tiny_model_dir):
+    from skyrl_core.config import LoraConfig
+    from skyrl_engine.models import load_model
+
+    peft_model = lora.wrap(load_model(tiny_model_dir), LoraConfig(rank=2, alpha=4, target_modules=["q_proj", "v_proj"]), 0)
+    for name, p in peft_model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)
+    ours = lora.merged_state_dict(peft_model)
+    reference = peft_model.merge_and_unload(safe_merge=True).state_dict()
+    assert set(ours) == set(reference)
+    assert max((ours[k] - reference[k]).abs().max().item() for k in ours) < 1e-6
+
+    plain = load_model(tiny_model_dir)
+    adapter = lora.LoraAdapter({n: (a, b) for n, (a, b) in lora.adapter_of(
+        lora.wrap(load_model(tiny_model_dir), LoraConfig(rank=2, alpha=4, target_modules=["q_proj", "v_proj"]), 0)
+    ).tensors.items()}, scaling=2.0)
+    base_weights = lora.apply_adapter(plain, adapter, None)  # B = 0: the base model itself
+    assert all(torch.equal(plain.state_dict()[f"{n}.weight"], w) for n, w in base_weights.items())
+    doubled = lora.LoraAdapter({n: (a, torch.ones_like(b)) for n, (a, b) in adapter.tensors.items()}, 2.0)
+    for _ in range(2):  # applied twice: still the base plus one delta
+        lora.apply_adapter(plain, doubled, base_weights)
+    name, (a, b) = next(iter(doubled.tensors.items()))
+    assert torch.equal(plain.state_dict()[f"{name}.weight"], lora.merge_weight(base_weights[name], a, torch.ones_like(b), 2.0))
+    assert "LoraAdapter(" in repr(adapter) and "MB" in repr(adapter)
+
+
+def test_resume_continues_exactly_and_refuses_other_lora_settings(lora_run, tiny_model_dir, tmp_path):
+    import shutil
+
+    cfg, _, _ = lora_run
+    # a copy of the run that stopped after step 2: its last checkpoint and metrics dropped
+    copy = tmp_path / "runs" / "lora"
+    shutil.copytree(cfg.run_dir, copy)
+    shutil.rmtree(copy / "checkpoints" / f"global_step_{STEPS}")
+    (copy / "checkpoints" / "latest_ckpt_global_step.txt").write_text(str(STEPS - 1))
+    resumed_cfg = _cfg(tmp_path / "runs", tiny_model_dir, "lora", "trainer.resume_mode=latest")
+    _train(resumed_cfg, tiny_model_dir)
+    want = RunReader(cfg.run_dir).metrics()[-1]
+    got = RunReader(copy).metrics()
+    assert [r["step"] for r in got] == list(range(1, STEPS + 1))
+    for key in ("reward/avg_raw_reward", "policy/policy_loss", "policy/grad_norm"):
+        assert got[-1][key] == want[key], key
+    final, again = (lora.read_adapter(str(d / "checkpoints" / f"global_step_{STEPS}" / "policy"))
+                    for d in (Path(cfg.run_dir), copy))
+    assert all(torch.equal(final[k], again[k]) for k in final)
+
+    full_cfg = _cfg(tmp_path / "runs", tiny_model_dir, "lora", "trainer.resume_mode=latest",
+                    "trainer.policy.model.lora.rank=0", f"trainer.max_training_steps={STEPS + 1}")
+    with pytest.raises(ValueError) as err:
+        _train(full_cfg, tiny_model_dir)
+    line = str(err.value)
+    assert line.startswith("trainer.policy.model.lora.rank:") and "holds a LoRA adapter" in line and "\n" not in line
