@@ -46,6 +46,8 @@ class RunSeries:
 
         self.data = empty_series()
         self.times: list[float] = []
+        self.model: dict[str, Any] = {}
+        """The policy's ``{"total", "trainable", "lora_rank"}`` parameter counts, once the run has started."""
 
     def add_rows(self, rows: list[dict[str, Any]]) -> int:
         """Append metric rows (a resumed run may repeat steps: later rows replace earlier ones)."""
@@ -76,8 +78,11 @@ class RunSeries:
         return len(rows)
 
     def add_events(self, events: list[dict[str, Any]]) -> None:
-        """Eval scores reported as events (step 0 for `eval_before_train`)."""
+        """Eval scores reported as events (step 0 for `eval_before_train`), and the policy's parameter counts
+        from the `started` event (`model`)."""
         for ev in events:
+            if ev.get("kind") == "started" and isinstance(ev.get("policy_parameters"), dict):
+                self.model = dict(ev["policy_parameters"])
             if ev.get("kind") != "eval":
                 continue
             score = ev.get("eval/all/avg_score", ev.get("avg_score", ev.get("score")))
@@ -244,7 +249,11 @@ class Dashboard:
         found = self.reader.warnings
         more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
         skipped = f", skipped: {found[0][:120]}{more}" if found else ""
-        return f"{self.reader.run_id}: {self.state}, step {self.step}/{self.total_steps or '?'}{reward}{err}{skipped}"
+        from skyrl_widgets.dashboard import parameters_text
+
+        model = f", {parameters_text(self.series.model)}" if self.series.model else ""
+        return (f"{self.reader.run_id}: {self.state}, step {self.step}/{self.total_steps or '?'}{reward}{model}"
+                f"{err}{skipped}")
 
     # -- following ----------------------------------------------------------------------------
 
@@ -362,7 +371,7 @@ class Dashboard:
         from skyrl_widgets.dashboard import progress_html
 
         self._header.value = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error,
-                                           self.reader.warnings)
+                                           self.reader.warnings, model=self.series.model)
         self._progress.max = max(1, self.total_steps or self.step or 1)
         self._progress.value = min(self.step, self._progress.max)
         self._progress.bar_style = {"succeeded": "success", "failed": "danger"}.get(self.state, "info")
@@ -408,7 +417,7 @@ class Dashboard:
 
         # Front ends without widgets show the header line instead of the widget.
         bundle["text/html"] = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error,
-                                            self.reader.warnings)
+                                            self.reader.warnings, model=self.series.model)
         self.start()
         return bundle
 

@@ -166,3 +166,18 @@ def test_resume_continues_exactly_and_refuses_other_lora_settings(lora_run, tiny
         _train(full_cfg, tiny_model_dir)
     line = str(err.value)
     assert line.startswith("trainer.policy.model.lora.rank:") and "holds a LoRA adapter" in line and "\n" not in line
+
+
+def test_the_dashboard_says_how_much_of_the_policy_trains(lora_run):
+    from skyrl_nb.dashboard import Dashboard
+
+    cfg, _, _ = lora_run
+    dash = Dashboard(str(cfg.run_dir), static=True)
+    dash.refresh()
+    counts = dash.series.model
+    assert counts["lora_rank"] == RANK and 0 < counts["trainable"] < counts["total"]
+    assert f"trainable (LoRA rank {RANK})" in dash.header()
+    from skyrl_widgets.dashboard import progress_html
+
+    assert f"trainable (LoRA rank {RANK})" in progress_html(dash.state, dash.step, dash.total_steps, None, None,
+                                                           model=counts)

@@ -52,14 +52,34 @@ def _band(series: dict[str, Any]) -> tuple[list[float | None], list[float | None
     return lo, hi
 
 
+def parameters_text(counts: dict[str, Any]) -> str:
+    """``134.5M parameters`` or, when only part trains, ``137.0M parameters, 2.44M trainable (LoRA rank 8)``."""
+    total, trainable = int(counts.get("total") or 0), int(counts.get("trainable") or 0)
+    text = f"{_count(total)} parameters"
+    if trainable and trainable < total:
+        rank = counts.get("lora_rank")
+        text += f", {_count(trainable)} trainable" + (f" (LoRA rank {rank})" if rank else "")
+    return text
+
+
+def _count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            value = n / size
+            return f"{value:.3g}{unit}" if value < 100 else f"{value:.1f}{unit}"
+    return str(n)
+
+
 def progress_html(state: str, step: int, total: int | None, eta_s: float | None, error: str | None,
-                  warnings: Sequence[str] = ()) -> str:
-    """The header line: state badge, step / total, ETA, the last error when there is one, and one line
-    per thing the run reader skipped (``warnings``: damaged files or lines)."""
+                  warnings: Sequence[str] = (), model: dict[str, Any] | None = None) -> str:
+    """The header line: state badge, step / total, ETA, the policy's parameters (``model``: the started event's
+    counts), the last error when there is one, and one line per thing the run reader skipped (``warnings``:
+    damaged files or lines)."""
     colour = {"running": "#1f77b4", "succeeded": "#2ca02c", "failed": "#d62728", "stopped": "#7f7f7f",
               "pending": "#555", "lost": "#ff7f0e", "damaged": "#8c564b"}.get(state, "#555")
     eta = "" if eta_s is None or state != "running" else f" &middot; ETA {format_seconds(eta_s)}"
-    parts = [f"<b style='color:{colour}'>{html.escape(state)}</b> &middot; step {step}/{total or '?'}{eta}"]
+    params = f" &middot; {html.escape(parameters_text(model))}" if model else ""
+    parts = [f"<b style='color:{colour}'>{html.escape(state)}</b> &middot; step {step}/{total or '?'}{eta}{params}"]
     if error:
         last = str(error).strip().splitlines()[-1] if str(error).strip() else str(error)
         parts.append(f"<div style='color:#d62728;font-family:monospace;white-space:pre-wrap'>"
