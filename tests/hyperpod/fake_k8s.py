@@ -125,7 +125,35 @@ def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str
     return doc
 
 
-class FakeKubernetes:
+class _LocalServer:
+    """A threading HTTP(S) server on 127.0.0.1 run as a context manager; TLS with a fresh self-signed cert."""
+
+    _tmp: tempfile.TemporaryDirectory[str]
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler], tls: bool) -> tuple[str, str | None, str | None]:
+        """Make the server; ``(base URL, cert path, base64 CA data)`` (no cert without TLS)."""
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        cert = ca_data = None
+        if tls:
+            cert, key, ca_data = make_self_signed_cert(Path(self._tmp.name))
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(cert, key)
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        return f"{'https' if tls else 'http'}://127.0.0.1:{self._server.server_address[1]}", cert, ca_data
+
+    def __enter__(self):  # noqa: ANN204
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._tmp.cleanup()
+
+
+class FakeKubernetes(_LocalServer):
     """The store, the fake operator and the HTTPS server. Use as a context manager."""
 
     def __init__(self, *, crd_schema: dict[str, Any] | None = None, tls: bool = True, ready_after: int = 2,
@@ -147,25 +175,8 @@ class FakeKubernetes:
         self._tmp = tempfile.TemporaryDirectory(prefix="fake-k8s-")
         self.tls = tls
         self.ca_data: str | None = None
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._server.daemon_threads = True
-        if tls:
-            cert, key, self.ca_data = make_self_signed_cert(Path(self._tmp.name))
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(cert, key)
-            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+        self.server, _, self.ca_data = self._serve(_make_handler(self), tls)
         self.port = self._server.server_address[1]
-        self.server = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeKubernetes:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._tmp.cleanup()
 
     # -- knobs
     def forbid(self, verb: str, resource: str) -> None:
@@ -628,7 +639,7 @@ class FakeRayDashboard:
         self._server.server_close()
 
 
-class FakeRayEndpoint:
+class FakeRayEndpoint(_LocalServer):
     """A HyperPod Ray dashboard endpoint in front of a real Ray dashboard, as ``sagemaker_ray://`` reaches it.
 
     HTTPS on 127.0.0.1 (self-signed: trust ``ca_path``, e.g. with ``REQUESTS_CA_BUNDLE``).
@@ -647,8 +658,6 @@ class FakeRayEndpoint:
         self._sessions: set[str] = set()
         self.forwarded: list[tuple[str, str]] = []  # (method, path)
         self._tmp = tempfile.TemporaryDirectory(prefix="fake-ray-endpoint-")
-        cert, key, _ = make_self_signed_cert(Path(self._tmp.name))
-        self.ca_path = cert
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -698,25 +707,10 @@ class FakeRayEndpoint:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle  # noqa: N815
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(cert, key)
-        self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
-        self.url = f"https://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.url, self.ca_path, _ = self._serve(Handler, tls=True)
 
     def issue_token(self) -> str:
         """A one-use bootstrap token (the JWT the Extension API server signs)."""
         token = secrets.token_urlsafe(24)
         self._tokens.add(token)
         return token
-
-    def __enter__(self) -> FakeRayEndpoint:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._tmp.cleanup()

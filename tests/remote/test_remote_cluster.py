@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 import urllib.request
 import uuid
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ray_clusters import _free_ports
 from remote_head import can_unshare, remote_ray_head
 
 pytestmark = pytest.mark.slow
@@ -43,12 +43,6 @@ def remote(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 GRAFANA = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "skyrl-nb.json"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _scrape(port: int) -> dict[str, list[Any]]:
@@ -111,7 +105,7 @@ def test_notebook_and_cluster_share_no_disk(remote: Any, s3: Any, tmp_path: Path
     assert "engine code: shipped with the job as Ray py_modules (skyrl_core from" in plan
     assert f"run store: {root} (an object store" in plan
 
-    port = _free_port()
+    port = _free_ports(1)[0]
     job = cluster.launch("quickstart", overrides=[f"run.run_root={root}", *SMALL, f"run.prometheus_port={port}"],
                          run_id="e2e")
     assert job.run_dir == f"{root}/e2e"
@@ -195,4 +189,6 @@ def test_sagemaker_ray_address_through_awss_toolkit(remote: Any, s3: Any, tmp_pa
     assert [row["step"] for row in RunReader(job.run_dir).metrics()] == [1, 2]
     connection = f"/apis/{CONNECTION_GROUP}/v1alpha1/namespaces/team-a/raydashboardconnections"
     assert ("POST", connection) in k8s.requests
-    assert ("POST", "/api/jobs/") in endpoint.forwarded and any(m == "PUT" for m, _ in endpoint.forwarded)
+    # the job and its shipped code went through the endpoint (packages already on the head are only looked up)
+    assert ("POST", "/api/jobs/") in endpoint.forwarded
+    assert any(path.startswith("/api/packages/") for _, path in endpoint.forwarded)

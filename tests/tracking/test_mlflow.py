@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -14,15 +13,10 @@ from typing import Any
 
 import pytest
 from engine_runs import run_train
+from ray_clusters import _free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +27,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert built.returncode == 0, built.stderr[-2000:]
     python = built.stdout.strip().splitlines()[-1]
     home = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
+    port = _free_ports(1)[0]
     log = open(home / "server.log", "wb")
     proc = subprocess.Popen([python, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                              "--workers", "1", "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
