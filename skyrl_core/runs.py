@@ -92,6 +92,9 @@ class RewardChange:
             return "no reward yet"
         return f"{self.first:.3f} -> {self.last:.3f} ({self.gain:+.3f}; {self.averaged()} of {self.steps})"
 
+    def _repr_html_(self) -> str:
+        return f"<span>reward {html.escape(str(self))}</span>"
+
 
 def reward_change(rewards: Iterable[float | None], window: int = REWARD_WINDOW) -> RewardChange:
     """"Reward first -> last" the one way: the mean of the first and of the last ``k`` rewards, ``k`` =

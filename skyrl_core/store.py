@@ -14,6 +14,7 @@ following a run must see what a writer on another machine put a moment ago.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import threading
@@ -158,6 +159,9 @@ class LocalStore:
     def __repr__(self) -> str:
         return f"LocalStore({str(self.root)!r})"
 
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
+
 
 class ObjectStore:
     """A prefix of an object store reached through fsspec (s3fs for ``s3://``).
@@ -272,6 +276,9 @@ class ObjectStore:
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
 
 
 Store = LocalStore | ObjectStore
