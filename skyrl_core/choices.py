@@ -117,6 +117,20 @@ class RunState(StrEnum):
 FINAL_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED})
 
 
+class Stage(StrEnum):
+    """What a job is doing before its first step, as ``stage`` events in events.jsonl say (the dashboard shows
+    it). ``submitted`` is the notebook's word (Ray is starting the job; no event yet); the engine writes the
+    rest: its Python is up and reads data (``environment``), it loads the model (``model_load``), evaluates
+    before training (``first_eval``), generates step 1's rollouts (``first_rollout``)."""
+    SUBMITTED, ENVIRONMENT, MODEL_LOAD = "submitted", "environment", "model_load"
+    FIRST_EVAL, FIRST_ROLLOUT = "first_eval", "first_rollout"
+
+    @property
+    def label(self) -> str:
+        """The words a person reads: ``model load``."""
+        return self.value.replace("_", " ")
+
+
 def values(choice: type[StrEnum]) -> tuple[str, ...]:
     """The plain string values of an enum, in definition order: ``values(KLEstimator)`` → ('k1', ...)."""
     return tuple(member.value for member in choice)

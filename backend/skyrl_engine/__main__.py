@@ -90,12 +90,14 @@ def train(source: str, overrides: list[str]) -> int:
     if cfg.run.run_id is None:
         cfg = cfg.with_overrides([f"run.run_id=run-{time.strftime('%Y%m%d-%H%M%S')}"])
 
+    from skyrl_core.choices import Stage
     from skyrl_core.runs import RunWriter
     from skyrl_engine.trainer import StopRequested
 
     writer = RunWriter(cfg.run_dir)
     writer.write_config(cfg)
     writer.set_status("pending", pid=os.getpid())
+    writer.log_event("stage", step=0, stage=Stage.ENVIRONMENT)  # the job's Python is up; torch, data and Ray next
     signal.signal(signal.SIGTERM, _on_sigterm)
     held: dict[str, Any] = {}
     try:
@@ -139,6 +141,7 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     or Ray actors in placement groups); ``trainer.async_one_step`` / ``trainer.fully_async`` pick the
     schedule (synchronous or pipelined).
     """
+    from skyrl_core.choices import Stage
     from skyrl_engine.async_pipeline import make_trainer, pipeline_mode, staleness_bound
     from skyrl_engine.models import resolve_model_path
     from skyrl_engine.policy import set_torch_threads
@@ -156,6 +159,7 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     train_rows = load_prompts(cfg.data.train_data, env_class)
     val_rows = load_prompts(cfg.data.val_data, env_class) if cfg.data.val_data else []
     started = time.perf_counter()
+    writer.log_event("stage", step=0, stage=Stage.MODEL_LOAD)  # resolving the model and loading it into the workers
     model_path = resolve_model_path(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)
     _log(f"model ready at {model_path} ({time.perf_counter() - started:.1f}s)")
     total_steps = int(cfg.total_steps(len(train_rows)))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core.choices import Stage
 from skyrl_core.store import is_url
 
 if TYPE_CHECKING:
@@ -142,6 +143,20 @@ def trajectory_rows(step: int, out: GeneratorOutput, advantages_BT, store_token_
     return rows
 
 
+def with_ground_truth(out: GeneratorOutput, rows: list[PromptRow]) -> GeneratorOutput:
+    """``out`` with each sample's expected answer as a ``ground_truth`` trajectory column (text; JSON for a
+    structured one), for the inspector. Sample ``b`` answers ``rows[out.group_ids_B[b]]``."""
+    import dataclasses
+    import json
+
+    def text(value: Any) -> str | None:
+        return value if isinstance(value, str) or value is None else json.dumps(value, default=str)
+
+    columns = out.sample_columns or [{} for _ in out.rewards_B]
+    truths = [text(rows[g].ground_truth) if 0 <= g < len(rows) else None for g in out.group_ids_B]
+    return dataclasses.replace(out, sample_columns=[{**c, "ground_truth": gt} for c, gt in zip(columns, truths, strict=True)])
+
+
 class RLTrainer:
     """The driver. ``RLTrainer(cfg, writer, workers, train_rows, val_rows, model_path).train()``."""
 
@@ -245,7 +260,9 @@ class RLTrainer:
                 started = {**started, **self._rank_records(), "policy_parameters": self.workers.policy_parameters()}
                 self.writer.log_event("started", step=0, total_steps=self.total_steps, **started)
                 if self.cfg.trainer.eval_before_train and self.val_rows:
+                    self.writer.log_event("stage", step=0, stage=Stage.FIRST_EVAL)
                     self.writer.log_event("eval", step=0, **self.evaluate(0))
+            self.writer.log_event("stage", step=start, stage=Stage.FIRST_ROLLOUT)  # the dashboard's word until a step lands
             if schedule is None:
                 steps = ((step, self.train_one_step(step)) for step in range(start + 1, self.total_steps + 1))
             else:
@@ -295,9 +312,13 @@ class RLTrainer:
         t, g = self.cfg.trainer, self.cfg.generator
         rows = self.loader.batch(step)
         seed = step_seed(t.seed, step)
+
+        def generate(batch: list[PromptRow], *args: Any) -> GeneratorOutput:
+            return with_ground_truth(self.workers.generate(batch, *args), batch)
+
         if self.dapo is None:
-            return self.workers.generate(rows, g.n_samples_per_prompt, self.sampling, seed)
-        return self.dapo.sample(self.workers.generate, rows, g.n_samples_per_prompt, self.sampling, seed)
+            return generate(rows, g.n_samples_per_prompt, self.sampling, seed)
+        return self.dapo.sample(generate, rows, g.n_samples_per_prompt, self.sampling, seed)
 
     def train_on(self, step: int, out: GeneratorOutput, timings: dict[str, float]) -> tuple[dict[str, Any], Any]:
         """Advantages and the policy update on one step's rollouts; return ``(metrics, advantages_BT)``.

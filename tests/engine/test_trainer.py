@@ -61,6 +61,10 @@ def test_one_step_changes_weights_and_writes_the_run_store(tmp_path, tiny_model_
     frame = reader.trajectories(1)
     assert len(frame) == 16 and all(c in frame.columns for c in COLUMNS)
     assert set(frame["finish_reason"]) <= {"stop", "length"}
+    # each sample carries its prompt's expected answer (the inspector shows it beside the reward)
+    assert frame["ground_truth"].map(lambda gt: isinstance(gt, str) and gt.isdigit()).all()
+    rewarded = frame[frame["reward"] == 1.0]
+    assert all(r.strip().startswith(gt) for r, gt in zip(rewarded["response"], rewarded["ground_truth"], strict=True))
     assert (frame["num_tokens"] == frame["token_ids"].map(len)).all()
     # a checkpoint in SkyRL's layout
     root = str(cfg.run_dir / "checkpoints")
@@ -83,6 +87,8 @@ def test_full_loop_with_eval_and_checkpoint_pruning(tmp_path, tiny_model_dir):
     assert "eval/all/avg_score" in reader.metrics()[1]
     kinds = [e["kind"] for e in reader.events()]
     assert kinds[0] == "started" and kinds[-1] == "finished" and kinds.count("eval") == 3  # 0, 2, 3
+    # what the dashboard shows before step 1
+    assert [e["stage"] for e in reader.events() if e["kind"] == "stage"] == ["first_eval", "first_rollout"]
     assert reader.status()["state"] == "succeeded" and reader.status()["step"] == 3
     assert sorted(p.name for p in (cfg.run_dir / "checkpoints").iterdir() if p.name.startswith("global")) == ["global_step_3"]
     assert reader.trajectory_steps() == [1, 2, 3]
