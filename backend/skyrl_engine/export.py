@@ -36,6 +36,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_core.store import is_url
 from skyrl_engine import checkpoint, lora
 
 WEIGHT_FILE = re.compile(r"^model(-\d+-of-\d+)?\.safetensors$|^model\.safetensors\.index\.json$")
@@ -110,6 +111,10 @@ class _Checkpoint:
     step: int | None
     step_dir: str | None
     run_dir: str | None
+    origin: str | None = None
+    """The object-store URL of the ``global_step_N`` directory when ``policy_dir`` is a download of it."""
+    origin_run: str | None = None
+    """The run's object-store URL, when known (then ``run_dir`` is None)."""
 
 
 def export_model(source: str | os.PathLike[str], dest: str | os.PathLike[str], *, step: int | None = None) -> ExportResult:
@@ -127,16 +132,73 @@ def export_model(source: str | os.PathLike[str], dest: str | os.PathLike[str], *
     """
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
         raise ExportError(f"step: {step!r} is not a checkpoint step; give a global step >= 0, or None for the latest")
-    dest = os.fspath(dest)
-    ckpt = find_checkpoint(source, step)
-    if dest.startswith("s3://"):
-        return _export_to_s3(ckpt, dest)
-    if _SCHEME.match(dest):
+    dest, source = os.fspath(dest), os.fspath(source)
+    if _SCHEME.match(dest) and not dest.startswith("s3://"):
         raise ExportError(f"dest: {dest!r}: only a local directory or s3://bucket/prefix is supported")
-    return _export_local(ckpt, dest)
+    if is_url(source):  # a run (or checkpoint) on an object store: the policy's files come down first
+        with tempfile.TemporaryDirectory(prefix="skyrl-export-source-") as local:
+            return _export(fetch_checkpoint(source, step, local), dest)
+    return _export(find_checkpoint(source, step), dest)
+
+
+def _export(ckpt: _Checkpoint, dest: str) -> ExportResult:
+    return _export_to_s3(ckpt, dest) if dest.startswith("s3://") else _export_local(ckpt, dest)
 
 
 # -- finding the checkpoint ----------------------------------------------------------------------------
+
+_OPTIMIZER_FILE = re.compile(r"^(optim|extra_state)_world_size_\d+_rank_\d+\.pt$")
+
+
+def fetch_checkpoint(url: str, step: int | None, local: str) -> _Checkpoint:
+    """Download what an export reads of the checkpoint a run, checkpoint root or ``global_step_N`` URL names
+    (the policy's model, tokenizer and adapter, the trainer state; not the optimizer's shards) into ``local``."""
+    import yaml
+
+    from skyrl_core.store import open_store
+
+    url = url.rstrip("/")
+    parent, _, name = url.rpartition("/")
+    try:
+        here = open_store(url)
+        files = here.list()
+        if re.match(r"^global_step_\d+$", name):
+            root, run_url, pinned = parent, None, checkpoint.step_of(name)
+        elif checkpoint.LATEST_FILE in files or any(re.match(r"^global_step_\d+$", f) for f in here.folders()):
+            root, run_url, pinned = url, None, None
+        elif "config.yaml" in files or "status.json" in files:
+            cfg = yaml.safe_load(here.read("config.yaml")) if "config.yaml" in files else {}
+            root, run_url, pinned = checkpoint.checkpoint_root(_dig(cfg, "trainer.ckpt_path"), url), url, None
+        else:
+            raise ExportError(f"source: {url} holds no checkpoint; give {_SOURCE_KINDS}")
+        if pinned is not None and step is not None and step != pinned:
+            raise ExportError(f"step: {step} does not match the source {url}, which is step {pinned}; leave the step "
+                              "out or give the run directory")
+        store = open_store(root)
+        steps = sorted(int(m.group(1)) for f in store.folders() if (m := re.match(r"^global_step_(\d+)$", f)))
+        chosen = pinned if pinned is not None else step if step is not None else checkpoint.latest_step(root)
+        chosen = steps[-1] if chosen is None and steps else chosen
+        if chosen is None:
+            raise ExportError(f"source: no checkpoint in {root} (no global_step_N directory); a run writes one every "
+                              "trainer.ckpt_interval steps and at its end")
+        if chosen not in steps:
+            raise ExportError(f"step: {chosen} has no checkpoint in {root}; steps there: {_listing(steps)}")
+        step_name = f"{checkpoint.STEP_PREFIX}{chosen}"
+        target = os.path.join(local, step_name)
+        os.makedirs(os.path.join(target, "policy"))
+        for rel in ("trainer_state.json", *(f"policy/{f}" for f in store.list(f"{step_name}/policy")
+                                          if not _OPTIMIZER_FILE.match(f))):
+            with open(os.path.join(target, rel), "wb") as out:
+                out.write(store.read(f"{step_name}/{rel}"))
+        store.download_folder(f"{step_name}/policy/{lora.ADAPTER_DIR}", os.path.join(target, "policy", lora.ADAPTER_DIR))
+    except ExportError:
+        raise
+    except Exception as err:  # an unreachable store, missing credentials, a missing object: one line
+        raise ExportError(f"source: {url}: cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:200]})")\
+            from None
+    found = _pinned(url, target, chosen)
+    return _Checkpoint(found.policy_dir, chosen, found.step_dir, None, origin=checkpoint.step_dir(root, chosen),
+                       origin_run=run_url)
 
 def _is_policy_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "config.json")) and any(
@@ -368,10 +430,12 @@ def _build(ckpt: _Checkpoint, out: str, shown_as: str) -> ExportResult:
         os.makedirs(os.path.join(out, lora.ADAPTER_DIR))
         for name in ADAPTER_FILES:
             shutil.copyfile(os.path.join(policy, lora.ADAPTER_DIR, name), os.path.join(out, lora.ADAPTER_DIR, name))
+    run_dir = ckpt.origin_run or ckpt.run_dir
+    shown_policy = f"{ckpt.origin}/policy" if ckpt.origin else policy  # where it came from, not the download
     meta = {
         "format": 1, "exported_by": "skyrl-nb", "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "run_dir": ckpt.run_dir, "run_id": os.path.basename(ckpt.run_dir) if ckpt.run_dir else None,
-        "step": ckpt.step, "checkpoint": policy, "base_model": base_model,
+        "run_dir": run_dir, "run_id": os.path.basename(run_dir) if run_dir else None,
+        "step": ckpt.step, "checkpoint": shown_policy, "base_model": base_model,
         "tokenizer_from": "checkpoint" if len(gen_sources) == 1 else gen_sources[1],
         "adapter": "adapter/" if adapter else None,
         "tokenizer_class": "PreTrainedTokenizerFast" if auto_problem else "AutoTokenizer", "warnings": warnings,
@@ -382,7 +446,7 @@ def _build(ckpt: _Checkpoint, out: str, shown_as: str) -> ExportResult:
         f.write(_readme(meta, shown_as))
     files = tuple(sorted(os.path.relpath(os.path.join(d, n), out) for d, _, names in os.walk(out) for n in names))
     size = sum(os.path.getsize(os.path.join(out, rel)) for rel in files)
-    return ExportResult(path=shown_as, step=ckpt.step, checkpoint=policy, run_dir=ckpt.run_dir, base_model=base_model,
+    return ExportResult(path=shown_as, step=ckpt.step, checkpoint=shown_policy, run_dir=run_dir, base_model=base_model,
                         files=files, total_bytes=size, adapter=adapter, warnings=tuple(warnings))
 
 

@@ -276,3 +276,36 @@ def test_s3_upload_lands_every_file_and_loads_back(run_dir, tmp_path, monkeypatc
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "down")
     state = model.state_dict()
     assert all(state[k].equal(v) for k, v in load_file(_policy(run_dir, STEPS) / "model.safetensors").items())
+
+
+def test_a_run_on_s3_exports_from_its_checkpoints_there(run_dir, tmp_path, s3):
+    """A run whose store (and so its checkpoints) is on an object store: the policy's files come down, not the
+    optimizer shards, and the export names where they came from."""
+    import uuid
+
+    from safetensors.torch import load_file
+
+    from skyrl_core.runs import RunReader
+    from skyrl_core.store import open_store
+
+    url = f"s3://{s3.bucket}/runs-{uuid.uuid4().hex[:8]}/unit"
+    open_store(url.rpartition("/")[0]).upload_folder(run_dir, "unit")
+    result = RunReader(url).export(tmp_path / "from-s3")
+    assert result.step == STEPS and result.run_id == "unit" and result.run_dir == url
+    assert result.checkpoint == f"{url}/checkpoints/global_step_{STEPS}/policy"
+    want = load_file(_policy(run_dir, STEPS) / "model.safetensors")
+    got = load_file(tmp_path / "from-s3" / "model.safetensors")
+    assert set(got) == set(want) and all(got[k].equal(want[k]) for k in want)
+    from skyrl_engine.export import fetch_checkpoint
+
+    fetched = fetch_checkpoint(url, None, str(tmp_path / "download"))
+    down = {p.relative_to(tmp_path / "download").as_posix() for p in (tmp_path / "download").rglob("*") if p.is_file()}
+    policy_files = {p.name for p in _policy(run_dir, STEPS).iterdir() if p.is_file()}
+    assert fetched.step == STEPS and any(n.endswith(".pt") for n in policy_files)
+    assert down == {f"global_step_{STEPS}/trainer_state.json"} | {
+        f"global_step_{STEPS}/policy/{n}" for n in policy_files if not n.endswith(".pt")}  # no optimizer shards
+    assert export_model(f"{url}/checkpoints/global_step_1", tmp_path / "one").step == 1
+    with pytest.raises(ExportError, match=r"^step: 9 has no checkpoint in s3://.*; steps there: 1, 2$"):
+        export_model(url, tmp_path / "nine", step=9)
+    with pytest.raises(ExportError, match=r"^source: s3://.*/nothing holds no checkpoint"):
+        export_model(f"{url}/nothing", tmp_path / "none")
