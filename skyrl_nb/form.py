@@ -7,6 +7,12 @@
 
 The fields cover model, environment and data, algorithm, group size, batch sizes, learning rate,
 KL, steps and placement; every other key keeps the preset's value (edit it in the YAML tab).
+
+With a `cluster`, the plan is checked against it as you edit: the GPUs and CPUs the job asks for
+against what the cluster's nodes have, each training rank's memory against one device, and, for the
+vLLM backend, whether vLLM is there at all (a probe job, once). What cannot run keeps Launch disabled,
+with the reason beside the field it is about, in the words of the form's labels (the dotted key in
+small print below).
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ class ConfigForm:
         self.problems: list[str] = []
         self.memory: Any = None  # the form config's MemoryEstimate (skyrl_core.memory); None while a value is bad
         self._nodes: list[dict[str, float]] | None = None  # the cluster's node resources, read once
+        self._vllm: tuple[str | None] | None = None  # the cluster's vLLM probe, asked once: (problem or None,)
         self._base = cfg.to_dict()
         inputs = {key: input_kind(key) for key in form_keys()}
         self.view = ConfigFormView({key: kind for key, (kind, _) in inputs.items()},
@@ -131,6 +138,8 @@ class ConfigForm:
         self.memory = rank_memory(cfg) if cfg is not None else None
         if self.memory is not None:
             problems = [*problems, *self.memory.problems(self._rank_capacity(cfg))]
+        if cfg is not None:
+            problems = [*problems, *self.cluster_problems(cfg)]
         per_key: dict[str, str] = {}
         general: list[str] = []
         for line in problems:
@@ -148,18 +157,68 @@ class ConfigForm:
                 self.view.set_yaml(cfg.to_yaml())
         return problems
 
-    def _rank_capacity(self, cfg: Any) -> Any:
-        """What one rank has on the form's cluster (None without a cluster, or when it cannot be told)."""
-        from skyrl_core.memory import capacity_from_nodes
-
+    def _node_list(self) -> list[dict[str, float]]:
+        """The cluster's alive nodes' resources, read once ([] without a cluster or when it cannot be told)."""
         if self.cluster is None or not hasattr(self.cluster, "node_resources"):
-            return None
+            return []
         if self._nodes is None:
             try:
                 self._nodes = self.cluster.node_resources()
             except Exception:  # noqa: BLE001 - an unreachable dashboard: show the estimate, refuse nothing
                 self._nodes = []
+        return self._nodes
+
+    def _rank_capacity(self, cfg: Any) -> Any:
+        """What one rank has on the form's cluster (None without a cluster, or when it cannot be told)."""
+        from skyrl_core.memory import capacity_from_nodes
+
+        if not self._node_list():
+            return None
         return capacity_from_nodes(self._nodes, cfg.trainer.placement.policy_num_gpus_per_node)
+
+    def cluster_problems(self, cfg: Any) -> list[str]:
+        """What keeps ``cfg`` off the form's cluster, one line each starting with the keys it is about: more
+        GPUs (or CPUs) than the cluster's nodes have, and, for the vLLM backend, no vLLM there (asked once
+        with a probe job, `skyrl_nb.cluster.vllm_check`). [] without a cluster or when it cannot be told."""
+        nodes = self._node_list()
+        if not nodes:
+            return []
+        need = resources_for(cfg)
+        cpus = sum(n.get("CPU", 0.0) for n in nodes)
+        gpus = sum(n.get("GPU", 0.0) for n in nodes)
+        backend = "generator.inference_engine.backend"
+        problems = []
+        vllm = cfg.generator.inference_engine.backend == Backend.VLLM
+        if vllm and gpus == 0:
+            # the engine then runs its vLLM engines on CPU slots (vLLM's CPU build), one core each
+            if need["GPU"] > cpus:
+                problems.append(f"{backend}, generator.inference_engine.num_engines: vllm on this cluster (no GPU) "
+                                f"needs {need['GPU']} CPU slot(s); it has {cpus:g} CPU(s)")
+        elif need["GPU"] > gpus:
+            problems.append(f"{backend}, trainer.placement.policy_num_gpus_per_node: the job asks for {need['GPU']} "
+                            f"GPU(s); the cluster has {gpus:g}")
+        if not cfg.trainer.placement.colocate_all and need["CPU"] > cpus:
+            problems.append(f"trainer.placement.colocate_all: the job asks for {need['CPU']} CPU(s) (its actors "
+                            f"do not share); the cluster has {cpus:g}")
+        if vllm:
+            problem = self._vllm_problem()
+            if problem:
+                gpu = "; the cluster has no GPU either (there its engines would run on CPU, with vLLM's CPU build)"
+                problems.append(f"{backend}: {problem}{gpu if gpus == 0 else ''}; pick torch, or install vLLM there")
+        return problems
+
+    def _vllm_problem(self) -> str | None:
+        if self._vllm is None:
+            from skyrl_nb.cluster.vllm_check import vllm_problem
+
+            self.view.set_checking("is vLLM on the cluster? asking it with a probe job…")
+            try:
+                self._vllm = (vllm_problem(self.cluster),)
+            except Exception as err:  # noqa: BLE001 - the probe could not even be submitted: say so, refuse
+                self._vllm = (f"whether vLLM is on the cluster could not be checked ({type(err).__name__}: {err})",)
+            finally:
+                self.view.set_checking("")
+        return self._vllm[0]
 
     def set(self, key: str, value: Any) -> list[str]:
         """Set one field as a user would type it (text for numbers) and return the problems."""

@@ -6,8 +6,9 @@ The head runs `ray start --head --block` as a child process in a new session, wi
 `expose=True`, token auth forced on (`RAY_AUTH_MODE=token` and `RAY_AUTH_TOKEN_PATH` pointing at a
 0600 file under the user's config dir) and usage stats off. A state file in `~/.cache/skyrl-nb/ray`
 lets a later kernel reuse the same head. While the head starts, its daemons and Ray's logs are
-watched, so a head that cannot come up fails within seconds, quoting the cause from Ray's logs.
-`shutdown()` stops running jobs, then signals the head's process group (and nothing else).
+watched, so a head that cannot come up fails within seconds, quoting the cause from Ray's logs, and
+each stage it reaches is said as it happens (`StartProgress`: a small widget in JupyterLab, a line of text
+under papermill). `shutdown()` stops running jobs, then signals the head's process group (and nothing else).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_core import procs
+from skyrl_core.frontend import widget_frontend
 from skyrl_core.runs import atomic_write_text
 from skyrl_nb.cluster.base import Cluster, display_dashboard_url, read_token_file
 
@@ -410,8 +412,62 @@ class _StartWatch:
         return f"{what} (logs: {self.logs_dir() or self.temp})"
 
 
-def _start_head(temp: Path, tok_path: Path, token: str, cpus: int, timeout: float,
-                expose: bool) -> tuple[LocalCluster, subprocess.Popen[bytes], list[int]]:
+class StartProgress:
+    """What `local()` says while a head starts: each stage with the seconds since the start, as a small
+    widget where a widget front end draws it (its clock ticks while it waits), else one line of text per
+    stage (``local Ray head: raylet up (3.1 s)``; papermill keeps them in the output). ``enabled=False``:
+    nothing is said."""
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.started = time.monotonic()
+        self.stages: list[tuple[str, float]] = []
+        self.mode = None if enabled is False else ("widget" if widget_frontend() else "text")
+        self._view: Any = None
+        self._drawn = 0.0
+
+    def seconds(self) -> float:
+        """Seconds since the start."""
+        return time.monotonic() - self.started
+
+    def stage(self, text: str) -> None:
+        """Say that the head reached ``text`` (``raylet up``)."""
+        self.stages.append((text, self.seconds()))
+        if self.mode == "text":
+            print(f"local Ray head: {text} ({self.stages[-1][1]:.1f} s)", flush=True)
+        self._draw(force=True)
+
+    def tick(self) -> None:
+        """Let the widget's clock move on (at most once a second)."""
+        self._draw()
+
+    def done(self, text: str, ok: bool = True) -> None:
+        """The last stage: up (``ok``), or why not."""
+        self.stage(text)
+        self._draw(force=True, done=True, ok=ok)
+
+    def _draw(self, force: bool = False, done: bool = False, ok: bool = True) -> None:
+        if self.mode != "widget" or (not force and time.monotonic() - self._drawn < 1.0):
+            return
+        self._drawn = time.monotonic()
+        from skyrl_widgets.cluster_panel import start_progress_html
+
+        html_text = start_progress_html("local Ray head", self.stages, self.seconds(), done=done, ok=ok)
+        if self._view is None:
+            import ipywidgets
+            from IPython.display import display
+
+            self._view = ipywidgets.HTML(html_text)
+            display(self._view)
+        else:
+            self._view.value = html_text
+
+
+#: The head's vital daemons as a start's stages, in the order Ray brings them up.
+_DAEMON_STAGES = (("gcs_server", "gcs_server up"), ("raylet", "raylet up"), ("dashboard", "dashboard up"))
+
+
+def _start_head(temp: Path, tok_path: Path, token: str, cpus: int, timeout: float, expose: bool,
+                progress: StartProgress | None = None) -> tuple[LocalCluster, subprocess.Popen[bytes], list[int]]:
     ports = _free_ports(8)
     gcs, dash, agent, client, metrics, rt_agent, agent_grpc, dash_metrics = ports
     env = dict(os.environ)
@@ -465,6 +521,9 @@ def _start_head(temp: Path, tok_path: Path, token: str, cpus: int, timeout: floa
     cluster = LocalCluster(f"http://127.0.0.1:{dash}", token, temp_dir=temp, pid=proc.pid, num_cpus=cpus,
                            log_path=log_path, exposed=expose)
     watch = _StartWatch(temp, proc.pid)
+    progress = progress or StartProgress(False)
+    progress.stage(f"`ray start` launched (pid {proc.pid}, {cpus} CPUs)")
+    said: set[str] = set()
     started = time.time()
     deadline = started + timeout
     last: Exception | None = None
@@ -486,6 +545,11 @@ def _start_head(temp: Path, tok_path: Path, token: str, cpus: int, timeout: floa
             if boost:
                 _favor_agents(proc.pid, boost)
             dead = watch.dead_daemon()
+            up = {name for name, _ in watch.seen}
+            for name, text in _DAEMON_STAGES:
+                if name in up and name not in said:
+                    said.add(name)
+                    progress.stage(text)
             refused = watch.socket_refused()
             if dead or refused:
                 message = watch.describe(dead)
@@ -503,6 +567,7 @@ def _start_head(temp: Path, tok_path: Path, token: str, cpus: int, timeout: floa
             if up:
                 cluster.ping(timeout=5.0)
                 cluster.client.list_jobs()
+                progress.stage("Jobs API answering")
                 if boost:
                     procs.renice_group(proc.pid, 0)
                     procs.autogroup_nice(proc.pid, 0)
@@ -510,6 +575,7 @@ def _start_head(temp: Path, tok_path: Path, token: str, cpus: int, timeout: floa
         except Exception as exc:
             last = exc
             cluster._client_obj = None
+        progress.tick()
         time.sleep(0.2)
     cause = watch.describe(watch.dead_daemon())
     cluster.shutdown()
@@ -525,6 +591,7 @@ def local(
     start: bool = True,
     timeout: float = 300.0,
     expose: bool | None = None,
+    progress: bool | None = None,
 ) -> LocalCluster | None:
     """Start, or reuse, the embedded Ray head on this machine and return it.
 
@@ -541,7 +608,9 @@ def local(
     with `expose=False`. Asking for the other setting than a running head's raises `ValueError`.
 
     A head that cannot come up (a Ray daemon dies while it starts) is reported within seconds, with
-    the line from Ray's logs that says why; `timeout` bounds the whole start.
+    the line from Ray's logs that says why; `timeout` bounds the whole start. While a head starts, each
+    stage it reaches and the seconds so far are shown (`progress=None`: a small widget in JupyterLab,
+    lines of text elsewhere; `False`: quiet).
 
     >>> cluster = skyrl_nb.cluster.local()
     >>> cluster.dashboard_url
@@ -563,12 +632,15 @@ def local(
             raise ValueError(f"a local Ray head (pid {reused.pid}) already runs with "
                              + ("its ports exposed" if reused.exposed else "its ports on 127.0.0.1 only")
                              + f"; shut it down (cluster.shutdown()) to start one with expose={expose}")
+        if reused is not None and start:
+            StartProgress(progress).done(f"reusing the running head (pid {reused.pid}) at {reused.dashboard_url}")
         return reused
 
     temp = temp or default_temp_dir(state_dir)
     temp.mkdir(parents=True, exist_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)
     cpus = int(num_cpus or os.cpu_count() or 1)
+    said = StartProgress(progress)
     # Ray's raylet gives its dashboard agent a hard-coded 15 s (ray-project/ray#65983); a busy
     # machine can miss that. Each such failure is seen within seconds: try again, a few times.
     deadline = time.time() + timeout
@@ -577,14 +649,20 @@ def local(
         attempts += 1
         try:
             cluster, proc, ports = _start_head(temp, tok_path, token, cpus, max(30.0, deadline - time.time()),
-                                               bool(expose))
+                                               bool(expose), said)
             break
         except _HeadDied as err:
             if not err.retry or attempts >= START_ATTEMPTS or time.time() > deadline - 30:
+                said.done(f"could not start: {err}", ok=False)
                 raise RuntimeError(f"could not start a local Ray head ({attempts} attempt(s)): {err}") from None
+            said.stage(f"attempt {attempts} failed ({err}); trying again")
+        except Exception as err:
+            said.done(f"could not start: {type(err).__name__}: {err}", ok=False)
+            raise
     cluster.state_path = state_dir / STATE_FILE
     state = {"pid": proc.pid, "address": cluster.address, "num_cpus": cpus, "log_path": str(cluster.log_path),
              "temp_dir": str(temp), "exposed": bool(expose), "gcs_port": ports[0], "started_at": time.time()}
     # atomic: another kernel may be reading it to decide whether to reuse this head
     atomic_write_text(cluster.state_path, json.dumps(state))
+    said.done(f"ready at {cluster.dashboard_url}")
     return cluster

@@ -8,17 +8,16 @@ inside the job. `Cluster.plan` calls this for a SkyRL config; so does ``%skyrl l
 
 from __future__ import annotations
 
-import json
-import shlex
-import time
-import uuid
 from typing import TYPE_CHECKING, Any
+
+from skyrl_nb.cluster.shipping import PROBE_TIMEOUT_S, run_probe
+
+__all__ = ["PROBE_TIMEOUT_S", "check_skyrl", "run_probe", "skyrl_problem"]
 
 if TYPE_CHECKING:
     from skyrl_nb.cluster.base import Cluster
     from skyrl_nb.cluster.shipping import EngineCode
 
-PROBE_TIMEOUT_S = 180.0
 INSTALL = "pip install 'skyrl[fsdp]=={version}' in the cluster's Python 3.12 (docs/skyrl.md)"
 
 
@@ -50,34 +49,12 @@ def check_skyrl(cluster: Cluster, code: EngineCode, timeout: float = PROBE_TIMEO
     """Run the probe job on ``cluster`` (the engine's code delivered by ``code``); return one line saying what
     was found, or raise `ConfigError` with the one line that keeps a SkyRL job off this cluster."""
     from skyrl_core.config import ConfigError
-    from skyrl_nb.cluster.shipping import META_PROBE
 
-    submission_id = f"skyrl-nb-probe-{uuid.uuid4().hex[:12]}"
-    entrypoint = f"{shlex.quote(cluster.python)} -m skyrl_engine.skyrl_bridge --probe"
-    cluster._submit_with_retry(entrypoint=entrypoint, submission_id=submission_id, runtime_env=code.apply({}),
-                               metadata={META_PROBE: "1"})
-    deadline = time.monotonic() + timeout
-    state = ""
-    while time.monotonic() < deadline:
-        status = cluster.client.get_job_status(submission_id)
-        state = str(getattr(status, "value", status)).upper()
-        if state in ("SUCCEEDED", "FAILED", "STOPPED"):
-            break
-        time.sleep(0.3)
-    else:
-        raise ConfigError([f"run.engine: 'skyrl' could not be checked: the probe job {submission_id} did not end "
-                           f"within {timeout:.0f} s on {cluster.address}"])
-    lines = [line for line in (cluster.client.get_job_logs(submission_id) or "").splitlines() if line.strip()]
-    report = None
-    for line in reversed(lines):
-        try:
-            found = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(found, dict) and "expected" in found:
-            report = found
-            break
-    problem = skyrl_problem(report, state, lines[-1] if lines else "")
+    try:
+        report, state, last = run_probe(cluster, code, "-m skyrl_engine.skyrl_bridge --probe", "expected", timeout)
+    except TimeoutError as err:
+        raise ConfigError([f"run.engine: 'skyrl' could not be checked: {err}"]) from None
+    problem = skyrl_problem(report, state, last)
     if problem:
         raise ConfigError([problem])
     return f"SkyRL {report['skyrl']} imports on the cluster (Python {report['python']}; checked by a probe job)"

@@ -102,9 +102,47 @@ def test_form_refuses_ranks_its_cluster_cannot_hold(tmp_path: Path, spy_cluster:
                               cluster=spy_cluster)
     (line,) = form.problems
     assert line.startswith("trainer.placement.policy_num_gpus_per_node, trainer.strategy: the policy needs 23.0 GiB")
-    assert "a GPU (T4) has 16.0 GiB" in line and line in form.view.general.value.replace("&#x27;", "'")
+    assert "a GPU (T4) has 16.0 GiB" in line
+    # in the form's words, the keys in small print; Launch says why it is off
+    shown = form.view.general.value.replace("&#x27;", "'")
+    assert "policy GPUs / node, strategy: the policy needs 23.0 GiB" in shown
+    assert "<small" in shown and "trainer.placement.policy_num_gpus_per_node, trainer.strategy</small>" in shown
+    assert "Launch is off: policy GPUs / node, strategy: the policy needs 23.0 GiB" in form.view.launch_reason.value
     assert form.view.launch.disabled and form.config is None
     form.set("trainer.placement.policy_num_gpus_per_node", "2")  # fsdp2: 11.5 GiB per rank
-    assert form.problems == [] and not form.view.launch.disabled
+    assert form.problems == [] and not form.view.launch.disabled and form.view.launch_reason.value == ""
     assert "policy 11.5 GiB per rank (fsdp2 over 2 ranks)" in form.view.resources.value
     assert len(calls) == 1  # the cluster is asked once, not on every edit
+
+
+def test_messages_use_the_labels_with_the_key_in_small_print(tmp_path: Path) -> None:
+    import skyrl_nb
+
+    form = skyrl_nb.configure("quickstart", overrides=[f"run.run_root={tmp_path}"])
+    form.set("trainer.policy_mini_batch_size", "64")
+    beside = form.view.messages["trainer.policy_mini_batch_size"].value.replace("&#x27;", "'")
+    assert "'prompts / step'" in beside and "larger than" in beside  # another field named by its label
+    assert "<small" in beside and ">trainer.policy_mini_batch_size</small>" in beside
+    assert form.view.launch.disabled and form.view.launch_reason.value.startswith(
+        "<span style='color:var(--jp-ui-font-color1, #222)'>Launch is off: prompts / update: ")
+
+
+def test_gpus_are_checked_against_the_cluster(tmp_path: Path, spy_cluster: Any, monkeypatch: Any) -> None:
+    """A vLLM plan asking for more GPUs than the cluster's nodes have keeps Launch off (vLLM itself is there:
+    the probe is the slow test's, tests/notebook/test_local_cluster.py)."""
+    import skyrl_nb
+    import skyrl_nb.cluster.vllm_check as vllm_check
+
+    asked = []
+    monkeypatch.setattr(vllm_check, "vllm_problem", lambda cluster, timeout=0: asked.append(cluster) or None)
+    spy_cluster.node_resources = lambda: [{"CPU": 8.0, "GPU": 2.0, "memory": 64.0 * 2**30}]
+    form = skyrl_nb.configure("quickstart", overrides=[f"run.run_root={tmp_path}"], cluster=spy_cluster)
+    assert form.problems == [] and asked == []  # torch: nothing to ask
+    form.set("generator.inference_engine.backend", "vllm")
+    form.set("generator.inference_engine.num_engines", "2")
+    form.set("trainer.placement.colocate_all", False)  # 2 engines + 1 trainer = 3 GPUs
+    assert any("the job asks for 3 GPU(s); the cluster has 2" in p for p in form.problems), form.problems
+    assert form.view.launch.disabled and "inference, policy GPUs / node: the job asks for 3 GPU(s)" in form.view.general.value
+    form.set("generator.inference_engine.num_engines", "1")
+    assert form.problems == [] and not form.view.launch.disabled
+    assert asked == [spy_cluster]  # the cluster was asked about vLLM once

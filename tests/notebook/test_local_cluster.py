@@ -73,17 +73,24 @@ _SCRIPT = """
 import json, sys, time
 import skyrl_nb
 from skyrl_nb.cluster.local import socket_path_bytes
-cluster = skyrl_nb.cluster.local(num_cpus=2, timeout=120)
+cluster = skyrl_nb.cluster.local(num_cpus=2, timeout=120)  # says each stage as a line (no widget front end)
+print("local() returned", flush=True)
 # the plug-in is on this process's path only (the head started without it): the job has it because
 # launch ships it (Ray py_modules)
 sys.path.insert(0, sys.argv[2])
 try:
+    # the form, on this cluster (no GPU, no vLLM in its Python or under this HOME): vllm keeps Launch off
+    form = skyrl_nb.configure("quickstart", overrides=["generator.inference_engine.backend=vllm",
+                                                       "run.run_root=" + sys.argv[1]], cluster=cluster)
+    vllm = {"disabled": form.view.launch.disabled, "problems": form.problems,
+            "beside": form.view.messages["generator.inference_engine.backend"].value,
+            "reason": form.view.launch_reason.value}
     job = cluster.launch("quickstart", overrides=[*json.loads(sys.argv[3]), "trainer.max_training_steps=2",
                                                   "run.run_root=" + sys.argv[1], "trainer.eval_before_train=false",
                                                   "trainer.eval_interval=0", "trainer.ckpt_interval=0"],
                          run_id="home60")
     state = job.wait(timeout=150, poll_s=0.5)
-    print(json.dumps({"state": str(state), "steps": len(job.run.metrics()), "rows": job.run.metrics(),
+    print(json.dumps({"vllm": vllm, "state": str(state), "steps": len(job.run.metrics()), "rows": job.run.metrics(),
                       "temp": str(cluster.temp_dir),
                       "socket_bytes": socket_path_bytes(cluster.temp_dir), "logs": job.logs(tail=5)}))
 finally:
@@ -93,11 +100,12 @@ finally:
 
 @pytest.mark.timeout(180)
 def test_local_with_a_60_char_home_runs_a_job_with_a_plugin(private_model_cache: str) -> None:
-    """A fresh HOME of 60 characters: its own head (not the session's) comes up and trains a 2-step job
-    with the real engine (the built-in model from this session's model cache), whose advantage
-    estimator and policy loss come from a plug-in module that only the notebook's process can import
-    (issue 11; tests/notebook/test_plugins.py has the rest of the plug-in tests). One job checks both:
-    a job on a fresh cluster costs ~30 s here."""
+    """A fresh HOME of 60 characters: its own head (not the session's) comes up cold, saying its stages as
+    it goes, and trains a 2-step job with the real engine (the built-in model from this session's model
+    cache), whose advantage estimator and policy loss come from a plug-in module that only the notebook's
+    process can import (issue 11; tests/notebook/test_plugins.py has the rest of the plug-in tests). On the
+    same cluster (no GPU, no vLLM) the config form with the vllm backend says why it cannot run and keeps
+    Launch off (issue 18). One cluster checks all three: a job on a fresh cluster costs ~30 s here."""
     from test_plugins import PLUGIN_DIR, WITH_PLUGIN
 
     from skyrl_nb.cluster.local import STATE_FILE, default_temp_dir
@@ -107,14 +115,24 @@ def test_local_with_a_60_char_home_runs_a_job_with_a_plugin(private_model_cache:
     assert len(str(home)) == 60
     home.mkdir()
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SKYRL_NB_", "RAY_", "XDG_CACHE", "XDG_CONFIG", "PYTHONPATH"))}
+           if not k.startswith(("SKYRL_NB_", "SKYRL_VLLM", "RAY_", "XDG_CACHE", "XDG_CONFIG", "PYTHONPATH"))}
     env.update(HOME=str(home), SKYRL_NB_CACHE=private_model_cache)
     state_dir = home / ".cache" / "skyrl-nb" / "ray"
     try:
         proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(home / "runs"), str(PLUGIN_DIR),
                                json.dumps(WITH_PLUGIN)], env=env, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        lines = proc.stdout.strip().splitlines()
+        result = json.loads(lines[-1])
+        # the cold start narrated itself before local() returned: at least two stages, each with its time
+        stages = [line for line in lines[:lines.index("local() returned")] if line.startswith("local Ray head: ")]
+        assert len(stages) >= 2 and all(line.endswith(" s)") for line in stages), lines
+        assert "raylet up" in " ".join(stages) and stages[-1].startswith("local Ray head: ready at "), stages
+        vllm = result["vllm"]
+        assert vllm["disabled"], vllm
+        (problem,) = [p for p in vllm["problems"] if p.startswith("generator.inference_engine.backend:")]
+        assert "vLLM is not available on the cluster" in problem and "has no GPU" in problem, problem
+        assert "vLLM is not available on the cluster" in vllm["beside"] and "Launch is off: inference: " in vllm["reason"]
         assert result["state"] == "succeeded" and result["steps"] == 2, result
         assert not result["temp"].startswith(str(home)), result["temp"]
         assert result["socket_bytes"] <= 107

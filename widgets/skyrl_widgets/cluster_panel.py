@@ -144,3 +144,19 @@ class ClusterPanel(w.VBox):
         rc = self.snapshot.get("raycluster") or {}
         return (f"ClusterPanel({self.snapshot.get('namespace')}/{self.snapshot.get('name')}: "
                 f"{rc.get('state') or 'not created'})")
+
+
+def start_progress_html(title: str, stages: list[tuple[str, float]], seconds: float, *, done: bool = False,
+                        ok: bool = True) -> str:
+    """A cluster start as it goes: ``title``, the seconds so far, and each stage reached with its time (the
+    last one marked as current until ``done``). Colours are JupyterLab's theme variables."""
+    rows = []
+    for i, (text, at) in enumerate(stages):
+        last = i == len(stages) - 1
+        mark = ("✔" if ok else "✖") if last and done else ("⏳" if last else "✔")
+        rows.append(f"<div><span style='display:inline-block;width:1.4em'>{mark}</span>{escape(text)} "
+                    f"<span style='color:var(--jp-ui-font-color2, #757575)'>{at:.1f} s</span></div>")
+    state = ("up" if ok else "failed") if done else "starting"
+    return (f"<div style='font-family:var(--jp-ui-font-family, sans-serif);font-size:13px;"
+            f"color:var(--jp-ui-font-color1, #222)'><b>{escape(title)}</b> {state} &middot; "
+            f"{seconds:.0f} s{''.join(rows)}</div>")

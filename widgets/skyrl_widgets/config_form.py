@@ -42,6 +42,45 @@ def form_keys() -> list[str]:
     return [key for fields in SECTIONS.values() for key in fields]
 
 
+LABELS: dict[str, str] = {key: label for fields in SECTIONS.values() for key, label in fields.items()}
+"""Each form key's label, as the form shows it."""
+
+
+def in_words(text: str) -> str:
+    """``text`` with every dotted key the form has a field for replaced by that field's label, quoted:
+    ``trainer.train_batch_size`` -> ``'prompts / step'`` (longest keys first, so no key eats another)."""
+    for key in sorted(LABELS, key=len, reverse=True):
+        text = text.replace(key, f"'{LABELS[key]}'")
+    return text
+
+
+def _split(line: str) -> tuple[list[str], str]:
+    """``key[, key]: message`` (``skyrl_core.config``'s form of a problem) -> (keys, message)."""
+    keys, sep, message = line.partition(": ")
+    if not sep or " " in keys.replace(", ", ","):
+        return [], line
+    return [k.strip() for k in keys.split(",") if k.strip()], message
+
+
+def in_labels(line: str) -> str:
+    """A problem line as the form's words: ``policy GPUs / node, strategy: the policy needs ...``."""
+    named, message = _split(line)
+    return (", ".join(LABELS.get(k, k) for k in named) + ": " if named else "") + in_words(message)
+
+
+def message_html(line: str, *, key_known: bool = False) -> str:
+    """One problem for people: the words of the form's labels, the dotted keys it is about in small print.
+
+    ``key_known``: the message sits beside its own field, so the leading key is not repeated in words.
+    """
+    named, message = _split(line)
+    head = "" if key_known or not named else ", ".join(LABELS.get(k, k) for k in named) + ": "
+    small = (f" <small style='color:var(--jp-ui-font-color2, #757575);font-family:var(--jp-code-font-family, "
+             f"monospace)'>{html.escape(', '.join(named))}</small>") if named else ""
+    return (f"<span style='color:var(--jp-error-color1, #c62828)'>{html.escape(head + in_words(message))}</span>"
+            f"{small}")
+
+
 class ConfigFormView:
     """The ipywidgets of the form. `widget` is the box to display.
 
@@ -74,6 +113,8 @@ class ConfigFormView:
             sections.append(w.VBox(rows))
         self.general = w.HTML()
         self.resources = w.HTML()
+        self.checking = w.HTML()
+        self.launch_reason = w.HTML()
         self.yaml = w.Textarea(layout=w.Layout(width="100%", height="260px"))
         self.apply_yaml = w.Button(description="Apply YAML", icon="upload")
         self.launch = w.Button(description="Launch", button_style="success", icon="rocket")
@@ -83,7 +124,8 @@ class ConfigFormView:
         tabs.set_title(0, "Form")
         tabs.set_title(1, "YAML")
         head = w.HTML(f"<b>{html.escape(title)}</b>") if title else w.HTML()
-        self.widget = w.VBox([head, tabs, self.general, self.resources, self.launch, self.output])
+        self.widget = w.VBox([head, tabs, self.general, self.resources, self.checking,
+                              w.HBox([self.launch, self.launch_reason]), self.output])
 
     def _input(self, kind: str, choices: tuple[str, ...]) -> Any:
         w = self._w
@@ -138,12 +180,24 @@ class ConfigFormView:
         return out
 
     def set_messages(self, per_key: dict[str, str], general: list[str]) -> None:
-        """Messages beside fields (red) and the ones about keys the form has no field for."""
+        """Messages beside fields and the ones about several keys or keys the form has no field for, in the
+        labels' words with the keys in small print; Launch is disabled while there is any, and says why."""
         for key, box in self.messages.items():
             msg = per_key.get(key)
-            box.value = f"<span style='color:#c62828'>{html.escape(msg)}</span>" if msg else ""
-        self.general.value = "".join(f"<div style='color:#c62828'>{html.escape(m)}</div>" for m in general)
+            box.value = message_html(f"{key}: {msg}", key_known=True) if msg else ""
+        self.general.value = "".join(f"<div>{message_html(m)}</div>" for m in general)
         self.launch.disabled = bool(per_key or general)
+        first = next(iter(per_key.items())) if per_key else None
+        reason = in_labels(f"{first[0]}: {first[1]}") if first else in_labels(general[0]) if general else ""
+        count = len(per_key) + len(general)
+        more = f" (+{count - 1} more)" if count > 1 else ""
+        self.launch.tooltip = reason or "submit this config to the cluster"
+        self.launch_reason.value = (f"<span style='color:var(--jp-ui-font-color1, #222)'>Launch is off: "
+                                    f"{html.escape(reason[:300])}{more}</span>") if reason else ""
+
+    def set_checking(self, text: str) -> None:
+        """A line saying what the form is asking the cluster right now ('' when nothing)."""
+        self.checking.value = f"<i>{html.escape(text)}</i>" if text else ""
 
     def set_resources(self, text: str, memory: str = "") -> None:
         """The line saying what the job will ask the cluster for, and one with each rank's memory."""
