@@ -30,6 +30,7 @@ object and a trajectory part that is not Parquet are skipped; each is reported o
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
@@ -837,7 +838,9 @@ class RunReader:
         return f"RunReader({s.run_id!r}, state={s.state}, step={s.step}/{s.total_steps}, path={s.path!r})"
 
     def _repr_html_(self) -> str:
-        return self.summary()._repr_html_()
+        summary = dataclasses.replace(self.summary(), reward=self.reward_change())
+        taken = "" if summary.state in FINAL_STATES else f" <small>(as of {time.strftime('%H:%M:%S')})</small>"
+        return summary._repr_html_().removesuffix("</div>") + f"{taken}</div>"
 
 
 def read_run_part(store: Store, step: int, columns: Iterable[str] | None = None):
@@ -890,17 +893,24 @@ class RunSummary:
     started_at: float | None = None
     warnings: tuple[str, ...] = ()
     """What the reader skipped (damaged files or lines), one line each."""
+    reward: RewardChange | None = None
+    """Reward first -> last (:func:`reward_change`), when the summary was asked for it (``list_runs`` does)."""
+
+    def reward_text(self) -> str:
+        """``0.241 -> 0.259 (+0.018; means of ...)`` when known, else the last step's reward, else ``-``."""
+        if self.reward is not None and self.reward.first is not None:
+            return str(self.reward)
+        return "-" if self.last_reward is None else f"last {self.last_reward:.3f}"
 
     def __str__(self) -> str:
-        reward = "-" if self.last_reward is None else f"{self.last_reward:.3f}"
         skipped = f"  ({len(self.warnings)} skipped: {self.warnings[0][:80]})" if self.warnings else ""
         return (f"{self.run_id:<28} {self.state:<10} {self.step:>5}/{self.total_steps or '?':<5} "
-                f"reward {reward}{skipped}")
+                f"reward {self.reward_text()}{skipped}")
 
     def _repr_html_(self) -> str:
         colour = {"running": "#1f77b4", "succeeded": "#2ca02c", "failed": "#d62728",
                   "stopped": "#7f7f7f", "lost": "#ff7f0e", DAMAGED: "#8c564b"}.get(self.state, "#555")
-        reward = "-" if self.last_reward is None else f"{self.last_reward:.3f}"
+        reward = html.escape(self.reward_text())
         err = f"<br><small>{html.escape(self.error.splitlines()[-1])}</small>" if self.error else ""
         err += "".join(f"<br><small>skipped: {html.escape(w)}</small>" for w in self.warnings[:3])
         return (f"<div><b>{html.escape(self.run_id)}</b> <span style='color:{colour}'>{self.state}</span> "
@@ -920,8 +930,8 @@ class RunList(list):
             return "<i>no runs</i>"
         rows = "".join(
             f"<tr><td>{html.escape(s.run_id)}</td><td>{s.state}</td><td>{s.step}/{s.total_steps or '?'}</td>"
-            f"<td>{'-' if s.last_reward is None else f'{s.last_reward:.3f}'}</td></tr>" for s in self)
-        return ("<table><tr><th>run</th><th>state</th><th>step</th><th>last reward</th></tr>"
+            f"<td>{html.escape(s.reward_text())}</td></tr>" for s in self)
+        return ("<table><tr><th>run</th><th>state</th><th>step</th><th>reward first &rarr; last</th></tr>"
                 f"{rows}</table>")
 
 
@@ -946,7 +956,7 @@ def list_runs(run_root: str | os.PathLike[str] = "~/skyrl-runs") -> RunList:
     """
     store = open_store(run_root)
     readers = [RunReader(join(store.root, name)) for name in store.folders()]
-    summaries = [r.summary() for r in readers if r.exists()]
+    summaries = [dataclasses.replace(r.summary(), reward=r.reward_change()) for r in readers if r.exists()]
     summaries.sort(key=lambda s: s.started_at or 0, reverse=True)
     return RunList(summaries)
 

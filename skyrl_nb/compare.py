@@ -7,7 +7,12 @@
 >>> cmp.frame()                                                            # long frame: run, step, metric, value
 >>> cmp.refresh()                                                          # re-read runs still training
 
-plotly and pandas are imported when a comparison is drawn, not when ``skyrl_nb`` is imported.
+Drawn with the dashboard's own chart widgets (`skyrl_widgets.charts.MetricChart`: JupyterLab's theme
+colours, nice ticks, a read-out under the pointer), one panel per metric titled in words with the key
+below. Runs that overlap stay apart: each has its own colour, dash pattern and line width (the first
+widest), and a run whose curve equals an earlier one's says so in the legend. Without a widget front
+end (papermill, nbconvert) it is a small static SVG. ``figure()`` still gives a plotly figure.
+pandas and plotly are imported only when asked for.
 """
 
 from __future__ import annotations
@@ -19,10 +24,34 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from skyrl_core.frontend import widget_frontend
 from skyrl_core.runs import REWARD_KEY, RunReader
 from skyrl_widgets.inspector_data import finite
 
 DEFAULT_METRICS = (REWARD_KEY,)
+#: What a metric key reads as, in a panel's title (the key itself stays beneath, small).
+METRIC_LABELS = {
+    REWARD_KEY: "reward (mean)", "reward/std_raw_reward": "reward spread (std)", "eval/all/avg_score": "eval score",
+    "policy/policy_kl": "KL to the reference", "policy/policy_loss": "policy loss", "policy/policy_entropy": "entropy",
+    "policy/grad_norm": "gradient norm", "policy/lr": "learning rate", "trainer/tokens_per_second": "tokens / s",
+    "timing/step": "step time (s)", "generate/avg_num_tokens": "completion length (tokens)",
+}
+#: Per run, in order: a dash pattern and a line width, so curves lying on each other all stay visible.
+_STROKES = (("", 3.4), ("7 4", 2.4), ("2 3", 1.8), ("10 3 2 3", 1.4))
+
+
+def metric_label(key: str) -> str:
+    """``reward/avg_raw_reward`` -> ``reward (mean)``; ``reward/avg_pass_at_8`` -> ``pass@8``; else the key's
+    last part in words."""
+    if key in METRIC_LABELS:
+        return METRIC_LABELS[key]
+    if key.startswith("reward/avg_pass_at_"):
+        return "pass@" + key.rsplit("_", 1)[-1]
+    return key.rsplit("/", 1)[-1].replace("_", " ")
+
+
+def _on_reward_scale(key: str) -> bool:
+    return key.startswith("reward/avg_") or key.startswith("eval/")
 
 
 def _reader(run: Any) -> RunReader:
@@ -116,6 +145,58 @@ class RunComparison:
                                                                 if self.smooth > 1 else ""))
         return go.FigureWidget(fig) if widget else fig
 
+    def panels(self) -> list[dict[str, Any]]:
+        """Per metric: its chart's ``title``, ``subtitle`` (the key), ``series`` and axes, as the widgets and
+        the static SVG draw them."""
+        from skyrl_widgets.axes import reward_range, step_axis, value_axis
+        from skyrl_widgets.charts import points
+        from skyrl_widgets.dashboard import PALETTE
+
+        out = []
+        for metric, per_run in self.curves().items():
+            series, seen = [], []
+            for i, (label, (steps, values)) in enumerate(per_run.items()):
+                dash, width = _STROKES[i % len(_STROKES)]
+                same = next((other for other, curve in seen if curve == (steps, values) and steps), None)
+                seen.append((label, (steps, values)))
+                series.append({"name": label, "colour": PALETTE[i % len(PALETTE)].css(), "kind": "line", "dash": dash,
+                               "width": width, "markers": len(steps) <= 60, "points": points(steps, values),
+                               "note": f"(same curve as {same})" if same else "", "_colour": PALETTE[i % len(PALETTE)]})
+            steps_all = [s for _, (steps, _) in per_run.items() for s in steps]
+            values_all = [v for _, (_, values) in per_run.items() for v in values]
+            y = (value_axis((), fixed=reward_range(values_all)) if _on_reward_scale(metric)
+                 else value_axis(values_all))
+            out.append({"title": metric_label(metric), "subtitle": metric, "series": series,
+                        "x": step_axis(min(steps_all, default=0), max(steps_all, default=1)), "y": y})
+        return out
+
+    def widget(self) -> Any:
+        """The comparison as the dashboard's chart widgets, one panel per metric (made on each call)."""
+        import ipywidgets as w
+
+        from skyrl_widgets.charts import MetricChart
+
+        charts = [MetricChart(title=p["title"], subtitle=p["subtitle"], x_axis=p["x"], y_axis=p["y"], height=240,
+                              series=[{k: v for k, v in s.items() if not k.startswith("_")} for s in p["series"]])
+                  for p in self.panels()]
+        return w.GridBox(charts, layout=w.Layout(grid_template_columns="repeat(auto-fit, minmax(420px, 1fr))",
+                                                 width="100%"))
+
+    def to_svg(self) -> str:
+        """The comparison as a standalone SVG (what papermill and nbconvert keep)."""
+        from skyrl_widgets.dashboard import Panel, legend_svg, svg_document
+
+        panels, body = self.panels(), []
+        for row, p in enumerate(panels):
+            panel = Panel(0, 30 + row * 190, p["title"], {"x": p["x"], "y": p["y"]})
+            for s in p["series"]:
+                panel.line([q[0] for q in s["points"]], [q[1] for q in s["points"]], s["_colour"], dash=s["dash"])
+            body.append(panel.svg())
+        items = [(s["name"] + (f" {s['note']}" if s["note"] else ""), s["_colour"]) for s in panels[0]["series"]]
+        height = 30 + len(panels) * 190 + 10
+        return svg_document("".join(body) + legend_svg(items, height - 6), height,
+                            header=f"{len(self.readers)} runs" + (f" (smoothed over {self.smooth})" if self.smooth > 1 else ""))
+
     def summary(self) -> list[dict[str, Any]]:
         """Per run: steps logged, last and best value of the first metric."""
         metric = self.metrics[0]
@@ -133,13 +214,16 @@ class RunComparison:
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td>{html.escape(s['run'])}</td><td>{s['steps']}</td><td>{_fmt(s['last'])}</td>"
                        f"<td>{_fmt(s['best'])}</td></tr>" for s in self.summary())
-        return (f"<table><tr><th>run</th><th>steps</th><th>last {html.escape(self.metrics[0])}</th>"
+        return (f"<table><tr><th>run</th><th>steps</th><th>last {html.escape(metric_label(self.metrics[0]))}</th>"
                 f"<th>best</th></tr>{rows}</table>")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        # the figure where plotly can draw; the table for plain HTML front ends
-        bundle = self.figure()._repr_mimebundle_(include, exclude) or {}
-        bundle.setdefault("text/html", self._repr_html_())
+        # the chart widgets where a widget front end draws them; a static SVG and the table elsewhere
+        if widget_frontend():
+            bundle = dict(self.widget()._repr_mimebundle_(include=include, exclude=exclude) or {})
+            bundle["text/html"] = self._repr_html_()
+        else:
+            bundle = {"text/html": f"<div>{self.to_svg()}</div>{self._repr_html_()}"}
         bundle["text/plain"] = repr(self)
         return bundle
 

@@ -10,6 +10,11 @@ four SVG chart widgets (`skyrl_widgets.charts`), so the kernel stays free. Each 
 is one synced trait, so a view that renders late still draws every point (plotly's FigureWidget
 lost updates sent before its view loaded; see `skyrl_widgets.charts`).
 
+The header (`skyrl_widgets.run_header.RunHeader`) says what the job is doing before step 1 (the engine's
+`stage` events: `skyrl_core.choices.Stage`), the elapsed and total time, and carries Stop / Resume / Logs
+buttons and a link to the Ray job. `Dashboard(job, charts=False)` is the same header alone: what a `Job`
+displays (`job_display`), so a job's display and its dashboard never disagree.
+
 Widget or static? `static=None` (the default) decides with `skyrl_core.frontend.widget_frontend()`:
 the widget under JupyterLab / Studio, the static figure (an SVG of a few tens of KB, so an executed
 notebook stays small) under papermill, nbconvert, plain IPython and scripts; `SKYRL_NB_STATIC=1|0`
@@ -18,6 +23,7 @@ forces either.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import threading
@@ -30,7 +36,7 @@ from skyrl_core.choices import FINAL_STATES, RunState
 from skyrl_core.frontend import widget_frontend
 from skyrl_nb.jobs import LOST
 
-__all__ = ["Dashboard", "RunSeries", "dashboard", "open_inspector", "widget_frontend"]
+__all__ = ["Dashboard", "RunSeries", "dashboard", "job_display", "open_inspector", "widget_frontend"]
 
 _PASS_RE = re.compile(r"^reward/avg_pass_at_(\d+)$")
 
@@ -48,6 +54,8 @@ class RunSeries:
         self.times: list[float] = []
         self.model: dict[str, Any] = {}
         """The policy's ``{"total", "trainable", "lora_rank"}`` parameter counts, once the run has started."""
+        self.stage: tuple[str, float] | None = None
+        """The newest ``stage`` event: ``(name, time)`` (``skyrl_core.choices.Stage``)."""
 
     def add_rows(self, rows: list[dict[str, Any]]) -> int:
         """Append metric rows (a resumed run may repeat steps: later rows replace earlier ones)."""
@@ -78,11 +86,13 @@ class RunSeries:
         return len(rows)
 
     def add_events(self, events: list[dict[str, Any]]) -> None:
-        """Eval scores reported as events (step 0 for `eval_before_train`), and the policy's parameter counts
-        from the `started` event (`model`)."""
+        """Eval scores reported as events (step 0 for `eval_before_train`), the policy's parameter counts
+        from the `started` event (`model`) and the newest `stage` event (`stage`)."""
         for ev in events:
             if ev.get("kind") == "started" and isinstance(ev.get("policy_parameters"), dict):
                 self.model = dict(ev["policy_parameters"])
+            if ev.get("kind") == "stage" and isinstance(ev.get("stage"), str):
+                self.stage = (ev["stage"], float(ev.get("time") or time.time()))
             if ev.get("kind") != "eval":
                 continue
             score = ev.get("eval/all/avg_score", ev.get("avg_score", ev.get("score")))
@@ -136,22 +146,28 @@ def _reader_for(source: Any) -> tuple[Any, Any]:
 
 
 class Dashboard:
-    """Reward, eval, tokens/s and step-time panels, a progress bar with ETA, state and last error.
+    """Reward, eval, tokens/s and step-time panels under a header: state, progress, ETA, stage, times, error,
+    Stop / Resume / Logs buttons and a link to the Ray job.
 
-    `source` is a `Job` (followed until it ends), a `RunReader` or a run directory. `static`
-    picks the rendering (None: `widget_frontend()` decides). `poll_s` is the polling period
-    (at least 0.5 s: at most two reads a second).
+    `source` is a `Job` (followed until it ends), a `RunReader` or a run directory. `static` picks the
+    rendering (None: `widget_frontend()` decides). `poll_s` is the polling period (at least 0.5 s: at
+    most two reads a second). `charts=False` shows the header alone (a `Job`'s display).
     """
 
-    def __init__(self, source: Any, *, static: bool | None = None, poll_s: float = 0.5) -> None:
+    def __init__(self, source: Any, *, static: bool | None = None, poll_s: float = 0.5, charts: bool = True) -> None:
         self.reader, self.job = _reader_for(source)
         self.static = (not widget_frontend()) if static is None else static
         self.poll_s = max(0.5, poll_s)
+        self.with_charts = charts
         self.series = RunSeries()
         self.state: str = RunState.PENDING
         self.step = 0
         self.total_steps: int | None = None
         self.error: str | None = None
+        self.started_at: float | None = None
+        """When the job was submitted (Ray's start time), else when the engine started (status.json)."""
+        self.ended_at: float | None = None
+        self.refreshed_at: float | None = None
         self._callbacks: list[Callable[[int], None]] = []
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -161,8 +177,9 @@ class Dashboard:
         self._display_handle: Any = None
         self._widget: Any = None
         self._charts: dict[str, Any] = {}
-        self._progress: Any = None
         self._header: Any = None
+        self._busy = ""
+        self._logs_read = 0.0
 
     # -- data -------------------------------------------------------------------------------
 
@@ -184,18 +201,33 @@ class Dashboard:
             self.series.add_events(self.reader.poll_events())
             status = self.reader.status()
             self.state = LOST if status.get("lost") else str(status.get("state", RunState.PENDING))
-            if self.state in FINAL_STATES and self.job is not None and not self._owned(status):
+            owned = self.job is None or self._owned(status)
+            if self.state in FINAL_STATES and not owned:
                 self.state = RunState.PENDING  # a resume: the earlier attempt's end, before this job's start
             self.step = int(status.get("step") or (self.series.data["step"][-1] if self.series.data["step"] else 0))
             self.total_steps = status.get("total_steps") or self.total_steps
-            self.error = status.get("error") or self.error
+            self.error = (status.get("error") if owned else None) or self.error
             if self.state not in FINAL_STATES:
                 self._check_job()
                 if self._job_verdict is not None:  # the run store has not caught up with Ray: Ray wins
                     self.state, error = self._job_verdict
                     self.error = self.error or error
+            self._times(status, owned)
+            self.refreshed_at = time.time()
             self._render()
             return len(rows)
+
+    def _times(self, status: dict[str, Any], owned: bool) -> None:
+        info = getattr(self.job, "_info", None) if self.job is not None else None
+        submitted = getattr(info, "start_time", None)
+        self.started_at = (submitted / 1000 if isinstance(submitted, (int, float)) and submitted else
+                           status.get("started_at") if owned else None) or self.started_at
+        if self.finished:
+            ended = getattr(info, "end_time", None)
+            self.ended_at = (status.get("ended_at") if owned else None) or (
+                ended / 1000 if isinstance(ended, (int, float)) and ended else None) or self.ended_at or time.time()
+        else:
+            self.ended_at = None
 
     def _owned(self, status: dict[str, Any]) -> bool:
         try:
@@ -239,12 +271,63 @@ class Dashboard:
             return None
         return max(0.0, (self.total_steps - self.step) * per)
 
-    def header(self) -> str:
-        """One line: run id, state, step / total, reward first -> last (``skyrl_core.runs.reward_change``)."""
+    def elapsed_s(self) -> float | None:
+        """Seconds since the job was submitted (until it ended, once it has), or None when unknown."""
+        if self.started_at is None:
+            return None
+        return max(0.0, (self.ended_at or time.time()) - self.started_at)
+
+    def stage(self) -> tuple[str, float] | None:
+        """``(label, seconds in it)`` while the job has not yet written a step of this attempt: the engine's
+        newest `stage` event, or `submitted` while Ray starts the job. None once steps arrive or it ended."""
+        from skyrl_core.choices import Stage
+
+        if self.finished:
+            return None
+        last_row = self.series.times[-1] if self.series.times else None
+        begun = self.started_at
+        found = self.series.stage
+        if found is not None and (last_row is None or found[1] > last_row) and (begun is None or found[1] >= begun - 1):
+            name, since = found
+        elif self.job is not None and self.state == RunState.PENDING and (begun is None or last_row is None
+                                                                          or last_row < begun):
+            name, since = Stage.SUBMITTED, begun or time.time()
+        else:
+            return None
+        try:
+            label = Stage(name).label
+        except ValueError:
+            label = str(name).replace("_", " ")
+        return label, max(0.0, time.time() - since)
+
+    def times_text(self) -> str:
+        """``elapsed 1m05s · ETA 2m10s · total ~3m15s`` while running; ``took 3m15s`` once ended."""
+        from skyrl_widgets.dashboard import format_seconds
+
+        elapsed = self.elapsed_s()
+        if elapsed is None:
+            return ""
+        if self.finished:
+            return f"took {format_seconds(elapsed)}"
+        eta = self.eta_s() if self.state == RunState.RUNNING else None
+        if eta is None:
+            return f"elapsed {format_seconds(elapsed)}"
+        return f"elapsed {format_seconds(elapsed)} · ETA {format_seconds(eta)} · total ~{format_seconds(elapsed + eta)}"
+
+    def reward_text(self) -> str:
+        """``reward 0.241 -> 0.259 (+0.018; means of the first and last 10 steps of 40)``, or ''."""
         from skyrl_core.runs import reward_change
 
         change = reward_change(self.series.data["reward_mean"])
-        reward = f", reward {change}" if change.first is not None else ""
+        return f"reward {change}" if change.first is not None else ""
+
+    def header(self) -> str:
+        """One line: run id, state, step / total, the stage before step 1, reward first -> last
+        (``skyrl_core.runs.reward_change``), the policy's parameters, the last error and what was skipped."""
+        reward = self.reward_text()
+        reward = f", {reward}" if reward else ""
+        stage = self.stage()
+        now = f" ({stage[0]})" if stage else ""
         err = f", error: {str(self.error).strip().splitlines()[-1][:120]}" if str(self.error or "").strip() else ""
         found = self.reader.warnings
         more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
@@ -252,7 +335,7 @@ class Dashboard:
         from skyrl_widgets.dashboard import parameters_text
 
         model = f", {parameters_text(self.series.model)}" if self.series.model else ""
-        return (f"{self.reader.run_id}: {self.state}, step {self.step}/{self.total_steps or '?'}{reward}{model}"
+        return (f"{self.reader.run_id}: {self.state}, step {self.step}/{self.total_steps or '?'}{now}{reward}{model}"
                 f"{err}{skipped}")
 
     # -- following ----------------------------------------------------------------------------
@@ -267,7 +350,7 @@ class Dashboard:
         return self
 
     def stop(self) -> None:
-        """Stop following (the figure keeps what it has)."""
+        """Stop following (the figure keeps what it has). To stop the job, `stop_job()`."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
@@ -335,6 +418,71 @@ class Dashboard:
             self._display_handle.update(self._static_bundle(), raw=True)
         return self.state
 
+    # -- steering -----------------------------------------------------------------------------
+
+    def stop_job(self) -> bool:
+        """Ask Ray to stop the job the dashboard follows (the Stop button); True if it was running."""
+        stopped = bool(self._steer("stopping…", "nothing to stop", lambda job: job.stop()))
+        self._job_checked = 0.0  # ask Ray at the next refresh
+        self.start()
+        return stopped
+
+    def resume_job(self) -> Any:
+        """Resubmit the run from its latest checkpoint (the Resume button, `Job.resume`) and follow the new job."""
+        job = self._steer("resuming…", "resume it with cluster.launch(...) or %skyrl resume", lambda job: job.resume())
+        with self._lock:
+            self.job, self._job_verdict, self._job_checked = job, None, 0.0
+            self.state, self.error, self.started_at, self.ended_at = RunState.PENDING, None, None, None
+        self.start()
+        return job
+
+    def _steer(self, busy: str, otherwise: str, act: Callable[[Any], Any]) -> Any:
+        """``act(job)`` with the header saying ``busy`` meanwhile; RuntimeError for a dashboard of a run directory."""
+        if self.job is None:
+            raise RuntimeError(f"run {self.reader.run_id}: this dashboard follows a run directory, not a job; "
+                               f"{otherwise}")
+        self._busy = busy
+        self._render()
+        try:
+            return act(self.job)
+        finally:
+            self._busy = ""
+
+    def _action(self, name: str) -> None:
+        try:
+            if name == "stop":
+                self.stop_job()
+            elif name == "resume":
+                self.resume_job()
+            elif name == "logs":
+                self._logs_read = 0.0
+        except Exception as exc:  # a button press must say why it did nothing, not raise into the comm
+            self.error = f"{name}: {type(exc).__name__}: {exc}"
+        self._render()
+
+    def _actions(self) -> list[str]:
+        if self.job is None:
+            return []
+        if not self.finished:
+            return ["stop", "logs"]
+        return ["resume", "logs"] if self.state in (RunState.STOPPED, RunState.FAILED, LOST) else ["logs"]
+
+    def _links(self) -> list[dict[str, str]]:
+        if self.job is None:
+            return []
+        base = str(getattr(self.job.cluster, "dashboard_url", "") or "").rstrip("/")
+        if not base:
+            return []
+        return [{"label": "Ray job ↗", "href": f"{base}/#/jobs/{self.job.submission_id}",
+                 "title": f"submission {self.job.submission_id} in Ray's dashboard (its logs, its workers)"}]
+
+    def _details(self) -> list[list[str]]:
+        if self.with_charts or self.job is None:
+            return []
+        rows = [["submission", self.job.submission_id], ["run dir", str(self.job.run_dir)],
+                ["cluster", str(getattr(self.job.cluster, "name", ""))]]
+        return rows
+
     # -- clicks -------------------------------------------------------------------------------
 
     def on_step_click(self, callback: Callable[[int], None]) -> None:
@@ -348,19 +496,23 @@ class Dashboard:
     # -- rendering ----------------------------------------------------------------------------
 
     def widget(self) -> Any:
-        """The ipywidgets box (header, progress bar, four chart panels), made on first use."""
+        """The ipywidgets box (the header and the chart panels), made on first use."""
         if self._widget is None:
             import ipywidgets as w
 
             from skyrl_widgets.charts import make_charts
+            from skyrl_widgets.run_header import RunHeader
 
-            self._header = w.HTML()
-            self._progress = w.IntProgress(min=0, max=1, value=0, layout=w.Layout(width="40%"))
-            self._charts = make_charts()
-            self._charts["reward"].on_click(self._step_clicked)
-            grid = w.GridBox(list(self._charts.values()),
-                             layout=w.Layout(grid_template_columns="repeat(2, minmax(300px, 1fr))", width="100%"))
-            self._widget = w.VBox([w.HBox([self._progress, self._header]), grid])
+            self._header = RunHeader(run_id=self.reader.run_id, compact=not self.with_charts)
+            self._header.on_action(self._action)
+            parts = [self._header]
+            if self.with_charts:
+                self._charts = make_charts()
+                self._charts["reward"].on_click(self._step_clicked)
+                # one column below ~900 px of output, two above: every panel keeps 420 px or more
+                parts.append(w.GridBox(list(self._charts.values()), layout=w.Layout(
+                    grid_template_columns="repeat(auto-fit, minmax(420px, 1fr))", width="100%")))
+            self._widget = w.VBox(parts, layout=w.Layout(width="100%"))
             self._render()
         return self._widget
 
@@ -368,20 +520,40 @@ class Dashboard:
         if self._widget is None:
             return
         from skyrl_widgets.charts import update_charts
-        from skyrl_widgets.dashboard import progress_html
+        from skyrl_widgets.dashboard import parameters_text
 
-        self._header.value = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error,
-                                           self.reader.warnings, model=self.series.model)
-        self._progress.max = max(1, self.total_steps or self.step or 1)
-        self._progress.value = min(self.step, self._progress.max)
-        self._progress.bar_style = {"succeeded": "success", "failed": "danger"}.get(self.state, "info")
-        update_charts(self._charts, self.series.data)
+        stage = self.stage()
+        h = self._header
+        error = str(self.error or "").strip()
+        with h.hold_sync():
+            h.run_id = self.reader.run_id
+            h.state = str(self.state)
+            h.step = int(self.step)
+            h.total_steps = self.total_steps
+            h.stage = f"{stage[0]} · {int(stage[1])}s" if stage else ""
+            h.times = self.times_text()
+            h.reward = self.reward_text() if self.with_charts else ""
+            h.parameters = parameters_text(self.series.model) if self.series.model and self.with_charts else ""
+            h.error = error.splitlines()[-1][:400] if error else ""
+            h.warnings = list(self.reader.warnings)
+            h.actions = self._actions()
+            h.links = self._links()
+            h.details = self._details()
+            h.busy = self._busy
+            if h.logs_open and self.job is not None and time.monotonic() - self._logs_read > 2.0:
+                self._logs_read = time.monotonic()
+                try:
+                    h.logs = self.job.logs(tail=40)
+                except Exception as exc:
+                    h.logs = f"(could not read the job's logs: {type(exc).__name__}: {exc})"
+        if self._charts:
+            update_charts(self._charts, self.series.data, self.total_steps)
 
     def to_svg(self) -> str:
         """The dashboard as a standalone SVG (what static mode shows)."""
         from skyrl_widgets.dashboard import render_svg
 
-        return render_svg(self.series.data, header=self.header())
+        return render_svg(self.series.data, header=self.header(), total_steps=self.total_steps)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write `to_svg()` to `path` (after reading what is new)."""
@@ -391,9 +563,28 @@ class Dashboard:
         out.write_text(self.to_svg())
         return out
 
+    def _html(self) -> str:
+        """The header as HTML (front ends without widgets), saying when it was read."""
+        from skyrl_widgets.dashboard import progress_html
+
+        stage = self.stage()
+        taken = time.strftime("%H:%M:%S", time.localtime(self.refreshed_at or time.time()))
+        body = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error, self.reader.warnings,
+                             model=self.series.model if self.with_charts else None,
+                             stage=f"{stage[0]} {int(stage[1])}s" if stage else "", elapsed=self.times_text())
+        rows = "".join(f"<tr><td style='text-align:left;padding-right:1em'><b>{html.escape(k)}</b></td>"
+                       f"<td style='text-align:left'><code>{html.escape(v)}</code></td></tr>" for k, v in self._details())
+        links = "".join(f" &middot; <a href='{html.escape(x['href'])}' target='_blank'>{html.escape(x['label'])}</a>"
+                        for x in self._links())
+        as_of = "" if self.finished else f" <small>(as of {taken})</small>"
+        return (f"<div><b>{html.escape(self.reader.run_id)}</b> &middot; {body}{links}{as_of}"
+                f"{f'<table>{rows}</table>' if rows else ''}</div>")
+
     def _static_bundle(self) -> dict[str, Any]:
         # Inline SVG in text/html: every notebook front end shows it, and IPython then skips
         # `_repr_html_` (no second copy in the saved notebook).
+        if not self.with_charts:
+            return {"text/html": self._html(), "text/plain": self.header()}
         return {"text/html": f"<div>{self.to_svg()}</div>", "text/plain": self.header()}
 
     def show(self) -> Dashboard:
@@ -413,11 +604,9 @@ class Dashboard:
         if self.static:
             return self._static_bundle()
         bundle = dict(self.widget()._repr_mimebundle_(include=include, exclude=exclude) or {})
-        from skyrl_widgets.dashboard import progress_html
-
         # Front ends without widgets show the header line instead of the widget.
-        bundle["text/html"] = progress_html(self.state, self.step, self.total_steps, self.eta_s(), self.error,
-                                            self.reader.warnings, model=self.series.model)
+        bundle["text/html"] = self._html()
+        bundle["text/plain"] = self.header()
         self.start()
         return bundle
 
@@ -427,12 +616,18 @@ class Dashboard:
     def _repr_html_(self) -> str:
         """The header and an inline SVG (for HTML-only renderers; notebooks use `_repr_mimebundle_`)."""
         self.refresh()
-        return f"<div>{self.to_svg()}</div>"
+        return f"<div>{self.to_svg()}</div>" if self.with_charts else self._html()
 
 
 def dashboard(source: Any, **kwargs: Any) -> Dashboard:
     """A `Dashboard` for a job, a run reader or a run directory."""
     return Dashboard(source, **kwargs)
+
+
+def job_display(job: Any, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    """A `Job`'s display: the dashboard's header alone (`Dashboard(job, charts=False)`), live where a widget
+    front end draws it (updated every second until the job ends), else as read now, saying when."""
+    return Dashboard(job, charts=False, poll_s=1.0)._repr_mimebundle_(include, exclude)
 
 
 def open_inspector(run: Any) -> Any:

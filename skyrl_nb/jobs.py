@@ -246,6 +246,13 @@ class Job:
         step = f", step={s['step']}/{s['total_steps']}" if s["step"] is not None else ""
         return f"Job(run_id={self.run_id!r}, submission_id={self.submission_id!r}, state={str(s['state'])!r}{step})"
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Live where widgets draw: the dashboard's own header (`skyrl_nb.dashboard.job_display`), updated until
+        the job ends, so a job's display and its dashboard never disagree; elsewhere that header as read now."""
+        from skyrl_nb.dashboard import job_display
+
+        return job_display(self, include, exclude)
+
     def _repr_html_(self) -> str:
         s = self._summary()
         url = f"{self.cluster.dashboard_url.rstrip('/')}/#/jobs/{self.submission_id}"

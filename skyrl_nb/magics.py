@@ -295,8 +295,8 @@ class SkyrlMagics(Magics):
         for path in jobs.keys() - runs.keys():
             try:
                 reader = RunReader(path)
-                if reader.exists():
-                    runs[path] = reader.summary()
+                if reader.exists():  # reward first -> last, as list_runs and the dashboard say it
+                    runs[path] = dataclasses.replace(reader.summary(), reward=reader.reward_change())
             except Exception:  # a damaged run of ours must not hide the others
                 continue
         live = [path for path, s in runs.items() if s.state in ("pending", "running")]

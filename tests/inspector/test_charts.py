@@ -73,3 +73,29 @@ def test_es_module_is_valid_javascript():
     node = shutil.which("node")
     if node:
         subprocess.run([node, "--check", str(STATIC / "charts.js")], check=True)
+
+
+def test_axes_have_nice_ticks_on_the_rewards_scale():
+    """The reward axis is the reward's own range (the ±std band never widens it), ticks are nice numbers inside
+    it; x ticks are whole steps from the eval before training to the run's last step."""
+    data = _series(3)
+    data["reward_std"] = [0.6, 0.6, 0.6]  # a 0/1 reward's band runs past 0 and 1
+    charts = make_charts(data, total_steps=40)
+    y = charts["reward"].y_axis
+    assert y["range"] == [0.0, 1.0] and [t[1] for t in y["ticks"]] == ["0", "0.25", "0.5", "0.75", "1"]
+    x = charts["reward"].x_axis
+    assert x["range"] == [0, 40] and all(isinstance(v, int) for v, _ in x["ticks"]) and x["label"] == "step"
+    one_eval = make_charts({**data, "eval_step": [0], "eval_score": [0.4]}, total_steps=40)["eval"]
+    assert one_eval.x_axis["range"] == [0, 40] and one_eval.y_axis["range"] == [0.0, 1.0]
+    tokens = charts["tokens"].y_axis
+    assert tokens["range"][0] == 0.0 and all(lo < hi for (lo, _), (hi, _) in zip(tokens["ticks"], tokens["ticks"][1:], strict=False))
+
+
+def test_nice_ticks_and_labels():
+    from skyrl_widgets.axes import step_axis, tick_label, value_axis
+
+    assert [t[1] for t in value_axis([3000, 12882], floor=0)["ticks"]] == ["0", "5k", "10k", "15k"]
+    assert [t[1] for t in value_axis([0.12, 0.69], floor=0)["ticks"]] == ["0", "0.2", "0.4", "0.6", "0.8"]
+    assert [t[0] for t in step_axis(0, 190)["ticks"]] == [0, 50, 100, 150]
+    assert tick_label(0.30000000000000004, 0.1) == "0.3" and tick_label(2.5, 2.5) == "2.5"
+    assert value_axis([], fixed=(0.0, 1.0))["range"] == [0.0, 1.0]

@@ -58,3 +58,25 @@ def test_skyrl_nb_compare_is_callable_either_way(tmp_path):
     run = write_run(tmp_path / "a", steps=2).run_dir
     assert isinstance(module([run]), RunComparison)  # the submodule itself, as `skyrl_nb.compare` binds it
     assert isinstance(skyrl_nb.compare([run]), RunComparison)
+
+
+def test_compare_draws_with_the_dashboards_charts_and_keeps_overlaps_apart(tmp_path):
+    """Readable titles (the key below), the dashboard's chart widget, and two identical runs both visible:
+    other dash patterns and widths, and the legend says which curve another one repeats."""
+    from skyrl_widgets.charts import MetricChart
+
+    a = write_run(tmp_path / "a", steps=5).run_dir
+    b = write_run(tmp_path / "b", steps=5).run_dir  # the same rows as a
+    cmp = compare([a, b], metrics=["reward/avg_raw_reward", "policy/policy_kl"])
+    reward, kl = cmp.panels()
+    assert (reward["title"], reward["subtitle"]) == ("reward (mean)", "reward/avg_raw_reward")
+    assert kl["title"] == "KL to the reference" and reward["y"]["range"] == [0.0, 1.0]
+    first, second = reward["series"]
+    assert first["points"] == second["points"] and (first["dash"], first["width"]) != (second["dash"], second["width"])
+    assert second["note"] == "(same curve as a)" and first["note"] == ""
+    charts = cmp.widget().children
+    assert [type(c).__name__ for c in charts] == [MetricChart.__name__] * 2 and charts[0].title == "reward (mean)"
+    svg = cmp.to_svg()
+    assert svg.startswith("<svg") and "reward (mean)" in svg and "(same curve as a)" in svg
+    bundle = cmp._repr_mimebundle_()  # no widget front end here: the static SVG and the table
+    assert "<svg" in bundle["text/html"] and "last reward (mean)" in bundle["text/html"]

@@ -55,8 +55,9 @@ def test_failed_run_shows_last_error(tmp_path: Path) -> None:
     dash.widget()
     dash.refresh()
     assert dash.state == "failed"
-    assert "at step 3" in dash._header.value and "#d62728" in dash._header.value
-    assert dash._progress.bar_style == "danger"
+    assert dash._header.state == "failed" and dash._header.error == "at step 3"
+    assert "at step 3" in dash._html() and "--jp-error-color1" in dash._html()  # the theme's error colour
+    assert dash._header.actions == []  # a run directory: no job to stop or resume
 
 
 def test_widget_gets_points_and_progress(tmp_path: Path) -> None:
@@ -71,8 +72,56 @@ def test_widget_gets_points_and_progress(tmp_path: Path) -> None:
     assert [p[0] for p in dash._charts["eval"].series[0]["points"]] == [0, 10]
     timing = [s["name"] for s in dash._charts["timing"].series]
     assert "generate" in timing and "wait for batch" not in timing  # the run reports no wait_for_batch
-    assert dash._progress.value == 12 and dash._progress.max == 12
+    assert dash._header.step == 12 and dash._header.total_steps == 12 and dash._header.state == "succeeded"
+    assert dash._header.times.startswith("took ") and dash._header.reward.startswith("reward 0.")
+    # nice ticks on the reward's own scale; x ticks by step from the eval before training to the last step
+    assert dash._charts["reward"].y_axis["ticks"] == [[0.0, "0"], [0.25, "0.25"], [0.5, "0.5"], [0.75, "0.75"],
+                                                      [1.0, "1"]]
+    assert dash._charts["reward"].x_axis["range"] == [0, 12] and dash._charts["reward"].x_axis["label"] == "step"
     assert box is dash.widget()
+
+
+def _running(run_dir: Path, total_steps: int) -> tuple[Any, Any]:
+    """A run that has started and written no step yet, and a live dashboard of it, refreshed once."""
+    from skyrl_core.runs import RunWriter
+    from skyrl_nb.dashboard import Dashboard
+
+    w = RunWriter(run_dir)
+    w.set_status("running", step=0, total_steps=total_steps)
+    dash = Dashboard(run_dir, static=False)
+    dash.widget()
+    dash.refresh()
+    return w, dash
+
+
+def test_empty_panels_and_idle_parts_are_hidden(tmp_path: Path) -> None:
+    """Before step 1 every panel is hidden; a synchronous run's wait_for_* parts (always 0) never show."""
+    w, dash = _running(tmp_path / "sync", 4)
+    assert all(chart.layout.display == "none" for chart in dash._charts.values())
+    w.log_metrics(1, {"reward/avg_raw_reward": 0.5, "timing/generate": 0.2, "timing/policy_train": 0.1,
+                      "timing/wait_for_batch": 0.0, "timing/wait_for_policy": 0.0})
+    dash.refresh()
+    assert [s["name"] for s in dash._charts["timing"].series] == ["generate", "train"]
+    shown = {key for key, chart in dash._charts.items() if chart.layout.display != "none"}
+    assert shown == {"reward", "timing"}  # no eval and no tokens/s in this run
+
+
+def test_stage_before_step_one_and_times(tmp_path: Path) -> None:
+    """The engine's stage events show until this attempt's first step lands."""
+    w, dash = _running(tmp_path / "st", 3)
+    assert dash.stage() is None and dash._header.stage == ""  # a run directory: nothing said yet
+    w.log_event("stage", step=0, stage="model_load")
+    dash.refresh()
+    assert dash.stage()[0] == "model load" and dash._header.stage.startswith("model load · ")
+    assert "(model load)" in dash.header()
+    w.log_event("stage", step=0, stage="first_rollout")
+    dash.refresh()
+    assert dash._header.stage.startswith("first rollout")
+    time.sleep(0.01)
+    w.log_metrics(1, {"reward/avg_raw_reward": 0.5})
+    dash.refresh()
+    assert dash.stage() is None and dash._header.stage == ""
+    assert dash._header.times.startswith("elapsed ")
 
 
 def test_on_step_click_gets_the_step(tmp_path: Path) -> None:

@@ -1,12 +1,16 @@
-"""Dashboard views: the series layout, the header line, and a small SVG for places without widgets.
+"""Dashboard views: the series layout, the colours, the header line, and a small SVG for places without widgets.
 
-The live panels are `skyrl_widgets.charts.MetricChart` widgets (SVG drawn in the browser).
+The live panels are `skyrl_widgets.charts.MetricChart` widgets (SVG drawn in the browser) under a
+`skyrl_widgets.run_header.RunHeader`.
 
 Views only: data arrives as a `series` dict (see `empty_series`), built by `skyrl_nb.dashboard`.
 
 Panels: reward (mean with a ±std band, pass@n), eval score, tokens/s, step time as stacked bars
 (generate / policy_train / sync_weights / save_checkpoints, plus wait_for_batch / wait_for_policy
-when the run reports them).
+when the run spends time in them: a synchronous run reports them as 0 and they stay out).
+
+Colours are JupyterLab's CSS variables (`Colour.css()`), so the live widgets follow the light and dark
+themes; the static SVG, which has its own white background, uses their light-theme values.
 """
 
 from __future__ import annotations
@@ -14,21 +18,47 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from skyrl_widgets.axes import reward_range, step_axis, value_axis
+
+
+@dataclass(frozen=True)
+class Colour:
+    """A JupyterLab theme colour: its CSS variable and the light theme's value (for the static SVG)."""
+
+    var: str
+    light: str
+
+    def css(self) -> str:
+        """``var(--jp-brand-color1, #1976d2)``: what the live widgets paint with."""
+        return f"var({self.var}, {self.light})"
+
+
+REWARD_COLOUR = Colour("--jp-brand-color1", "#1976d2")
+PASS_COLOUR = Colour("--jp-accent-color1", "#388e3c")
+EVAL_COLOUR = Colour("--jp-warn-color1", "#f57c00")
+TOKENS_COLOUR = Colour("--jp-info-color1", "#0097a7")
+#: Colours for curves that are alike (one run each in a comparison), in order.
+PALETTE = (REWARD_COLOUR, EVAL_COLOUR, PASS_COLOUR, Colour("--jp-error-color1", "#d32f2f"), TOKENS_COLOUR,
+           Colour("--jp-mirror-editor-operator-color", "#7800c2"))
 #: Step-time parts drawn as stacked bars: (metric name after `timing/`, legend label, colour).
 TIMING_PARTS = (
-    ("generate", "generate", "#4c78a8"),
-    ("policy_train", "train", "#f58518"),
-    ("sync_weights", "weight sync", "#54a24b"),
-    ("save_checkpoints", "checkpoint", "#b279a2"),
-    ("wait_for_batch", "wait for batch", "#9d9d9d"),
-    ("wait_for_policy", "wait for policy", "#d3d3d3"),
+    ("generate", "generate", REWARD_COLOUR),
+    ("policy_train", "train", EVAL_COLOUR),
+    ("sync_weights", "weight sync", PASS_COLOUR),
+    ("save_checkpoints", "checkpoint", Colour("--jp-error-color1", "#d32f2f")),
+    ("wait_for_batch", "wait for batch", Colour("--jp-layout-color3", "#bdbdbd")),
+    ("wait_for_policy", "wait for policy", Colour("--jp-border-color0", "#9e9e9e")),
 )
-REWARD_COLOUR = "#1f77b4"
-PASS_COLOUR = "#2ca02c"
-EVAL_COLOUR = "#d62728"
-TOKENS_COLOUR = "#9467bd"
+#: A run state's colour (chips, the static header).
+STATE_COLOURS = {
+    "running": REWARD_COLOUR, "succeeded": PASS_COLOUR, "failed": Colour("--jp-error-color1", "#d32f2f"),
+    "stopped": Colour("--jp-ui-font-color2", "#757575"), "pending": Colour("--jp-ui-font-color2", "#757575"),
+    "lost": EVAL_COLOUR, "damaged": Colour("--jp-error-color1", "#d32f2f"),
+}
+
 
 def empty_series() -> dict[str, Any]:
     """The dict the views draw: one list per curve, all aligned on `step` except eval."""
@@ -52,6 +82,26 @@ def _band(series: dict[str, Any]) -> tuple[list[float | None], list[float | None
     return lo, hi
 
 
+def timing_parts(series: dict[str, Any]) -> list[tuple[str, str, Colour]]:
+    """The step-time parts the run spent time in (a part that is always 0 or missing has nothing to show)."""
+    return [part for part in TIMING_PARTS if any(v for v in series["timing"][part[0]] if v is not None)]
+
+
+def axes_for(series: dict[str, Any], total_steps: int | None = None) -> dict[str, dict[str, Any]]:
+    """Each panel's axes (``axes.value_axis``): x from step 0 (the eval before training) to the run's last
+    step; the reward and eval axes on the reward's scale (``axes.reward_range``), the others from 0."""
+    steps = series["step"]
+    last = max([int(total_steps or 0), *(int(s) for s in steps), *(int(s) for s in series["eval_step"]), 1])
+    x = step_axis(0, last)
+    totals = [sum(col[i] or 0.0 for col in series["timing"].values()) for i in range(len(steps))]
+    return {
+        "reward": {"x": x, "y": value_axis((), fixed=reward_range(series["reward_mean"], series["pass_at"]))},
+        "eval": {"x": x, "y": value_axis((), fixed=reward_range(series["eval_score"]))},
+        "tokens": {"x": x, "y": value_axis(series["tokens_per_s"], floor=0.0)},
+        "timing": {"x": x, "y": value_axis(totals, floor=0.0)},
+    }
+
+
 def parameters_text(counts: dict[str, Any]) -> str:
     """``134.5M parameters`` or, when only part trains, ``137.0M parameters, 2.44M trainable (LoRA rank 8)``."""
     total, trainable = int(counts.get("total") or 0), int(counts.get("trainable") or 0)
@@ -71,23 +121,27 @@ def _count(n: int) -> str:
 
 
 def progress_html(state: str, step: int, total: int | None, eta_s: float | None, error: str | None,
-                  warnings: Sequence[str] = (), model: dict[str, Any] | None = None) -> str:
-    """The header line: state badge, step / total, ETA, the policy's parameters (``model``: the started event's
-    counts), the last error when there is one, and one line per thing the run reader skipped (``warnings``:
-    damaged files or lines)."""
-    colour = {"running": "#1f77b4", "succeeded": "#2ca02c", "failed": "#d62728", "stopped": "#7f7f7f",
-              "pending": "#555", "lost": "#ff7f0e", "damaged": "#8c564b"}.get(state, "#555")
+                  warnings: Sequence[str] = (), model: dict[str, Any] | None = None, *, stage: str = "",
+                  elapsed: str = "") -> str:
+    """The header as HTML, for front ends without widgets: state, step / total, the stage before step 1,
+    elapsed time and ETA, the policy's parameters (``model``: the started event's counts), the last error
+    when there is one, and one line per thing the run reader skipped (``warnings``)."""
+    colour = STATE_COLOURS.get(state, STATE_COLOURS["pending"]).css()
     eta = "" if eta_s is None or state != "running" else f" &middot; ETA {format_seconds(eta_s)}"
     params = f" &middot; {html.escape(parameters_text(model))}" if model else ""
-    parts = [f"<b style='color:{colour}'>{html.escape(state)}</b> &middot; step {step}/{total or '?'}{eta}{params}"]
+    now = f" &middot; {html.escape(stage)}" if stage else ""
+    took = f" &middot; {html.escape(elapsed)}" if elapsed else ""
+    parts = [f"<b style='color:{colour}'>{html.escape(state)}</b> &middot; step {step}/{total or '?'}{now}{took}"
+             f"{eta}{params}"]
     if error:
         last = str(error).strip().splitlines()[-1] if str(error).strip() else str(error)
-        parts.append(f"<div style='color:#d62728;font-family:monospace;white-space:pre-wrap'>"
-                     f"{html.escape(last[:400])}</div>")
-    parts.extend(f"<div style='color:#8a5a00;font-size:0.9em'>skipped: {html.escape(line[:300])}</div>"
+        parts.append(f"<div style='color:{STATE_COLOURS['failed'].css()};font-family:monospace;"
+                     f"white-space:pre-wrap'>{html.escape(last[:400])}</div>")
+    warn = EVAL_COLOUR.css()
+    parts.extend(f"<div style='color:{warn};font-size:0.9em'>skipped: {html.escape(line[:300])}</div>"
                  for line in list(warnings)[:5])
     if len(warnings) > 5:
-        parts.append(f"<div style='color:#8a5a00;font-size:0.9em'>... and {len(warnings) - 5} more</div>")
+        parts.append(f"<div style='color:{warn};font-size:0.9em'>... and {len(warnings) - 5} more</div>")
     return "".join(parts)
 
 
@@ -103,7 +157,7 @@ def format_seconds(seconds: float) -> str:
 
 # ----------------------------------------------------------------------------- SVG (static)
 
-_W, _H = 760, 430
+_W = 760
 _PANEL_W, _PANEL_H = 340, 150
 
 
@@ -118,114 +172,118 @@ def _thin(xs: list[Any], *cols: list[Any], limit: int = 240) -> tuple[list[Any],
     return tuple([c[i] for i in idx] for c in (xs, *cols))
 
 
-def _nice(v: float) -> str:
-    if abs(v) >= 1e6:
-        return f"{v:.2e}"
-    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+class Panel:
+    """One static chart: a frame, nice ticks from an axes dict (``axes_for``), and shapes clipped to the frame."""
 
-
-class _Panel:
-    def __init__(self, x0: float, y0: float, title: str, xs: list[float], ys_all: list[float],
-                 y_floor: float | None = None) -> None:
+    def __init__(self, x0: float, y0: float, title: str, axes: dict[str, Any]) -> None:
         self.x0, self.y0, self.title = x0, y0, title
-        finite = [y for y in ys_all if y is not None and math.isfinite(y)]
-        self.xmin = min(xs) if xs else 0.0
-        self.xmax = max(xs) if xs else 1.0
-        if self.xmax == self.xmin:
-            self.xmax = self.xmin + 1
-        self.ymin = min(finite) if finite else 0.0
-        self.ymax = max(finite) if finite else 1.0
-        if y_floor is not None:
-            self.ymin = min(self.ymin, y_floor)
-        if self.ymax == self.ymin:
-            self.ymax = self.ymin + 1
+        self.x_axis, self.y_axis = axes["x"], axes["y"]
+        self.xmin, self.xmax = self.x_axis["range"]
+        self.ymin, self.ymax = self.y_axis["range"]
         self.parts: list[str] = []
+        self.clip = f"clip{int(x0)}_{int(y0)}"
 
     def px(self, x: float) -> float:
-        return self.x0 + 40 + (x - self.xmin) / (self.xmax - self.xmin) * (_PANEL_W - 50)
+        return self.x0 + 44 + (x - self.xmin) / ((self.xmax - self.xmin) or 1) * (_PANEL_W - 54)
 
     def py(self, y: float) -> float:
-        return self.y0 + 20 + (1 - (y - self.ymin) / (self.ymax - self.ymin)) * (_PANEL_H - 40)
+        y = min(max(y, self.ymin), self.ymax)  # what lies beyond the axis is drawn at its edge
+        return self.y0 + 24 + (1 - (y - self.ymin) / ((self.ymax - self.ymin) or 1)) * (_PANEL_H - 48)
 
     def frame(self) -> str:
         x1, y1 = self.x0 + 40, self.y0 + 20
-        x2, y2 = self.x0 + _PANEL_W - 10, self.y0 + _PANEL_H - 20
-        return (
-            f'<text x="{self.x0 + 40}" y="{self.y0 + 12}" font-weight="bold">{html.escape(self.title)}</text>'
-            f'<rect x="{x1}" y="{y1}" width="{x2 - x1}" height="{y2 - y1}" fill="none" stroke="#ccc"/>'
-            f'<text x="{x1 - 3}" y="{y1 + 8}" text-anchor="end">{_nice(self.ymax)}</text>'
-            f'<text x="{x1 - 3}" y="{y2}" text-anchor="end">{_nice(self.ymin)}</text>'
-            f'<text x="{x1}" y="{y2 + 12}">{_nice(self.xmin)}</text>'
-            f'<text x="{x2}" y="{y2 + 12}" text-anchor="end">step {_nice(self.xmax)}</text>'
-        )
+        x2, y2 = self.x0 + _PANEL_W - 6, self.y0 + _PANEL_H - 20
+        out = [f'<text x="{x1}" y="{self.y0 + 12}" font-weight="bold">{html.escape(self.title)}</text>',
+               f'<clipPath id="{self.clip}"><rect x="{x1}" y="{y1}" width="{x2 - x1}" height="{y2 - y1}"/></clipPath>']
+        for value, label in self.y_axis["ticks"]:
+            y = self.py(value)
+            out.append(f'<line x1="{x1}" x2="{x2}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+                       f'<text x="{x1 - 3}" y="{y + 3:.1f}" text-anchor="end" fill="#555">{label}</text>')
+        for value, label in self.x_axis["ticks"]:
+            out.append(f'<text x="{self.px(value):.1f}" y="{y2 + 12}" text-anchor="middle" fill="#555">{label}</text>')
+        out.append(f'<text x="{x2}" y="{y2 + 12}" text-anchor="end" fill="#555" dy="9">step</text>')
+        out.append(f'<rect x="{x1}" y="{y1}" width="{x2 - x1}" height="{y2 - y1}" fill="none" stroke="#bdbdbd"/>')
+        return "".join(out)
 
-    def line(self, xs: list[float], ys: list[Any], colour: str, dash: str = "") -> None:
+    def line(self, xs: list[float], ys: list[Any], colour: Colour, dash: str = "") -> None:
         pts = " ".join(f"{self.px(x):.1f},{self.py(y):.1f}" for x, y in zip(xs, ys, strict=False) if y is not None)
         if pts:
             extra = f' stroke-dasharray="{dash}"' if dash else ""
-            self.parts.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.6"{extra}/>')
+            self.parts.append(f'<polyline points="{pts}" fill="none" stroke="{colour.light}" stroke-width="1.6"{extra}/>')
 
-    def band(self, xs: list[float], lo: list[Any], hi: list[Any], colour: str) -> None:
+    def band(self, xs: list[float], lo: list[Any], hi: list[Any], colour: Colour) -> None:
         pairs = [(x, a, b) for x, a, b in zip(xs, lo, hi, strict=False) if a is not None and b is not None]
         if len(pairs) < 2:
             return
         up = " ".join(f"{self.px(x):.1f},{self.py(b):.1f}" for x, _, b in pairs)
         down = " ".join(f"{self.px(x):.1f},{self.py(a):.1f}" for x, a, _ in reversed(pairs))
-        self.parts.append(f'<polygon points="{up} {down}" fill="{colour}" fill-opacity="0.18" stroke="none"/>')
+        self.parts.append(f'<polygon points="{up} {down}" fill="{colour.light}" fill-opacity="0.18" stroke="none"/>')
+
+    def dots(self, xs: list[float], ys: list[Any], colour: Colour) -> None:
+        self.parts.extend(f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="2.5" fill="{colour.light}"/>'
+                          for x, y in zip(xs, ys, strict=False) if y is not None)
 
     def svg(self) -> str:
-        return self.frame() + "".join(self.parts)
+        return self.frame() + f'<g clip-path="url(#{self.clip})">' + "".join(self.parts) + "</g>"
 
 
-def render_svg(series: dict[str, Any], header: str = "") -> str:
+def legend_svg(items: list[tuple[str, Colour]], y: float) -> str:
+    """A one-row legend of coloured squares at height ``y``."""
+    out, lx = [], 10.0
+    for label, colour in items:
+        out.append(f'<rect x="{lx}" y="{y - 10}" width="10" height="10" fill="{colour.light}"/>'
+                   f'<text x="{lx + 14}" y="{y - 1}">{html.escape(label)}</text>')
+        lx += 24 + 6.5 * len(label)
+    return "".join(out)
+
+
+def svg_document(body: str, height: float, header: str = "") -> str:
+    """``body`` in a standalone white SVG of the dashboard's width, with a header line."""
+    head = f'<text x="10" y="18" font-size="13">{html.escape(header)}</text>' if header else ""
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height:.0f}" '
+            f'viewBox="0 0 {_W} {height:.0f}" font-family="sans-serif" font-size="10">'
+            f'<rect width="100%" height="100%" fill="white"/>{head}{body}</svg>')
+
+
+def render_svg(series: dict[str, Any], header: str = "", total_steps: int | None = None) -> str:
     """The whole dashboard as one small SVG document (a few tens of KB at most)."""
     steps = series["step"]
+    axes = axes_for(series, total_steps)
     lo, hi = _band(series)
     xs, mean, lo, hi, pas, tps = _thin(steps, series["reward_mean"], lo, hi, series["pass_at"],
                                        series["tokens_per_s"])
-    timing_cols = [series["timing"][name] for name, _, _ in TIMING_PARTS]
+    parts = timing_parts(series)
+    timing_cols = [series["timing"][name] for name, _, _ in parts]
     t_xs, *t_cols = _thin(steps, *timing_cols, limit=120)
 
-    reward = _Panel(0, 40, "reward (mean ± std, pass@n)", xs, [*lo, *hi, *pas])
+    reward = Panel(0, 40, "reward (mean ± std, pass@n)", axes["reward"])
     reward.band(xs, lo, hi, REWARD_COLOUR)
     reward.line(xs, mean, REWARD_COLOUR)
     reward.line(xs, pas, PASS_COLOUR, dash="4 3")
 
-    ev = _Panel(_W / 2, 40, "eval score", series["eval_step"] or [0], series["eval_score"])
+    ev = Panel(_W / 2, 40, "eval score", axes["eval"])
     ev.line(series["eval_step"], series["eval_score"], EVAL_COLOUR)
-    for x, y in zip(series["eval_step"], series["eval_score"], strict=False):
-        if y is not None:
-            ev.parts.append(f'<circle cx="{ev.px(x):.1f}" cy="{ev.py(y):.1f}" r="2.5" fill="{EVAL_COLOUR}"/>')
+    ev.dots(series["eval_step"], series["eval_score"], EVAL_COLOUR)
 
-    tok = _Panel(0, 40 + _PANEL_H + 30, "tokens / s", xs, tps, y_floor=0)
+    tok = Panel(0, 40 + _PANEL_H + 30, "tokens / s", axes["tokens"])
     tok.line(xs, tps, TOKENS_COLOUR)
 
-    totals = [sum(c[i] or 0 for c in t_cols) for i in range(len(t_xs))]
-    bars = _Panel(_W / 2, 40 + _PANEL_H + 30, "step time (s)", t_xs, totals, y_floor=0)
+    bars = Panel(_W / 2, 40 + _PANEL_H + 30, "step time (s)", axes["timing"])
     if t_xs:
-        span = (_PANEL_W - 50) / max(1, len(t_xs))
+        span = (_PANEL_W - 54) / max(1, axes["timing"]["x"]["range"][1] - axes["timing"]["x"]["range"][0] + 1)
         for i, x in enumerate(t_xs):
             base = 0.0
-            for (_, _, colour), col in zip(TIMING_PARTS, t_cols, strict=False):
+            for (_, _, colour), col in zip(parts, t_cols, strict=False):
                 v = col[i] or 0.0
                 if v <= 0:
                     continue
                 top, bottom = bars.py(base + v), bars.py(base)
-                bars.parts.append(f'<rect x="{bars.px(x) - span * 0.45:.1f}" y="{top:.1f}" width="{span * 0.9:.1f}" '
-                                  f'height="{max(0.3, bottom - top):.1f}" fill="{colour}"/>')
+                bars.parts.append(f'<rect x="{bars.px(x) - span * 0.4:.1f}" y="{top:.1f}" width="{span * 0.8:.1f}" '
+                                  f'height="{max(0.3, bottom - top):.1f}" fill="{colour.light}"/>')
                 base += v
-    legend = []
-    lx = 10
     n = series.get("pass_n")
     items = [("reward mean", REWARD_COLOUR), (f"pass@{n}" if n else "pass@n", PASS_COLOUR), ("eval", EVAL_COLOUR)]
-    items += [(label, colour) for (name, label, colour), col in zip(TIMING_PARTS, timing_cols, strict=False)
-              if any(v is not None for v in col)]
-    for label, colour in items:
-        legend.append(f'<rect x="{lx}" y="{_H - 14}" width="10" height="10" fill="{colour}"/>'
-                      f'<text x="{lx + 14}" y="{_H - 5}">{html.escape(label)}</text>')
-        lx += 24 + 6.5 * len(label)
-    head = f'<text x="10" y="18" font-size="13">{html.escape(header)}</text>' if header else ""
-    body = "".join(p.svg() for p in (reward, ev, tok, bars))
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
-            f'font-family="sans-serif" font-size="10"><rect width="100%" height="100%" fill="white"/>'
-            f"{head}{body}{''.join(legend)}</svg>")
+    items += [(label, colour) for _, label, colour in parts]
+    height = 40 + 2 * (_PANEL_H + 30) + 30
+    body = "".join(p.svg() for p in (reward, ev, tok, bars)) + legend_svg(items, height - 5)
+    return svg_document(body, height, header)

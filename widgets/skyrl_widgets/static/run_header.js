@@ -1,0 +1,84 @@
+// The run header (skyrl_widgets.run_header.RunHeader): draws its traits, reports button presses.
+function h(tag, cls, ...children) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+const ACTION_LABELS = { stop: "■ Stop", resume: "▶ Resume", logs: "Logs" };
+const ACTION_TITLES = {
+  stop: "stop the job (Ray stops it; the run keeps what it wrote)",
+  resume: "resubmit this run from its latest checkpoint",
+  logs: "show the job's last log lines",
+};
+
+function draw(model, el) {
+  const get = (k) => model.get(k);
+  const state = get("state") || "pending";
+  const total = get("total_steps");
+  const step = get("step") || 0;
+  const row = h("div", "sk-head-row");
+  if (get("run_id")) row.append(h("span", "sk-run", get("run_id")));
+  row.append(h("span", `sk-chip sk-state-${state}`, state));
+  const bar = h("span", "sk-progress");
+  const fill = h("span", `sk-progress-fill sk-state-${state}`);
+  fill.style.width = `${total ? Math.min(100, (100 * step) / total) : 0}%`;
+  bar.append(fill);
+  row.append(bar, h("span", "sk-steps", `step ${step} / ${total ?? "?"}`));
+  if (get("stage")) row.append(h("span", "sk-stage", get("stage")));
+  if (get("times")) row.append(h("span", "sk-times", get("times")));
+  row.append(h("span", "sk-spacer"));
+  if (get("busy")) row.append(h("span", "sk-busy", get("busy")));
+  for (const action of get("actions") || []) {
+    const b = h("button", `sk-btn sk-action-${action}`, ACTION_LABELS[action] || action);
+    b.title = ACTION_TITLES[action] || action;
+    if (action === "logs" && get("logs_open")) b.classList.add("sk-on");
+    b.disabled = Boolean(get("busy")) && action !== "logs";
+    b.addEventListener("click", () => {
+      if (action === "logs") { model.set("logs_open", !model.get("logs_open")); model.save_changes(); }
+      model.send({ action });
+    });
+    row.append(b);
+  }
+  for (const link of get("links") || []) {
+    const a = h("a", "sk-link", link.label);
+    a.href = link.href;
+    a.target = "_blank";
+    a.rel = "noopener";
+    if (link.title) a.title = link.title;
+    row.append(a);
+  }
+  const parts = [row];
+  const sub = [get("reward"), get("parameters")].filter(Boolean);
+  if (sub.length) parts.push(h("div", "sk-head-sub", sub.join(" · ")));
+  if (get("error")) parts.push(h("div", "sk-head-error", get("error")));
+  for (const line of (get("warnings") || []).slice(0, 5)) parts.push(h("div", "sk-head-warning", `skipped: ${line}`));
+  if ((get("warnings") || []).length > 5) parts.push(h("div", "sk-head-warning", `… and ${get("warnings").length - 5} more`));
+  const details = get("details") || [];
+  if (details.length) {
+    const table = h("table", "sk-details");
+    for (const [k, v] of details) table.append(h("tr", "", h("th", "", k), h("td", "", v)));
+    parts.push(table);
+  }
+  if (get("logs_open")) parts.push(h("pre", "sk-logs", get("logs") || "(no log lines yet)"));
+  el.replaceChildren(...parts);
+}
+
+function render({ model, el }) {
+  el.classList.add("skyrl-run-header");
+  const redraw = () => {
+    el.classList.toggle("sk-compact", Boolean(model.get("compact")));
+    draw(model, el);
+  };
+  const names = ["run_id", "state", "step", "total_steps", "stage", "times", "reward", "parameters", "error",
+                 "warnings", "links", "actions", "busy", "logs", "logs_open", "details", "compact"];
+  for (const n of names) model.on(`change:${n}`, redraw);
+  redraw();
+  return () => { for (const n of names) model.off(`change:${n}`, redraw); };
+}
+
+export default { render };
