@@ -1249,6 +1249,27 @@ def _critic_checks(cfg: JobConfig) -> list[str]:
     return found
 
 
+def local_paths(cfg: JobConfig) -> dict[str, list[str]]:
+    """The files and folders on a disk that ``cfg`` reads, by key: models and data that are neither built in
+    nor URLs, and ``trainer.resume_path`` when resuming from a path. The job reads them where it runs, so on a
+    cluster that shares no disk with the notebook they are checked there (``Cluster.launch``)."""
+    t = cfg.trainer
+    found: dict[str, list[str]] = {}
+    models = [("trainer.policy.model.path", t.policy.model.path)]
+    if t.algorithm.advantage_estimator == AdvantageEstimator.GAE:
+        models.append(("trainer.critic.model.path", t.critic.model.path))
+    for key, value in models:
+        if value and not value.startswith(BUILTIN_PREFIX) and "://" not in value:
+            found[key] = [value]
+    for key in ("train_data", "val_data"):
+        items = [i for i in getattr(cfg.data, key) if not i.startswith(BUILTIN_PREFIX) and "://" not in i]
+        if items:
+            found[f"data.{key}"] = items
+    if t.resume_mode == ResumeMode.FROM_PATH and t.resume_path and "://" not in t.resume_path:
+        found["trainer.resume_path"] = [t.resume_path]
+    return found
+
+
 def _local_path(text: str) -> Path | None:
     """``text`` as a local path (``~`` expanded), None when no file can have that name (a NUL byte)."""
     return None if "\x00" in text else Path(os.path.expanduser(text))

@@ -285,8 +285,46 @@ class Cluster:
         return cfg, f"{root} (a folder this cluster sees at the same path)"
 
     def prepare(self, config: Any, *, overrides: list[str] | None = None, run_id: str | None = None) -> JobConfig:
-        """Validate `config` (+ `overrides`) fully; see `prepare_config`. Nothing is submitted."""
-        return prepare_config(config, overrides=overrides, run_id=run_id)
+        """Validate `config` (+ `overrides`) fully; see `prepare_config`. Nothing is submitted. The files it
+        names are checked here only when this cluster shares the notebook's disk (`check_files` does the rest)."""
+        return prepare_config(config, overrides=overrides, run_id=run_id, check_files=self.runs_here)
+
+    def check_files(self, cfg: JobConfig, runtime_env: dict[str, Any] | None = None,
+                    code: EngineCode | None = None) -> str:
+        """Check the files ``cfg`` names (models, data, a resume path: `skyrl_core.config.local_paths`) where the
+        job will read them; one line saying how, or `ConfigError` with the engine's own lines.
+
+        On this machine, or when every path is under `shared_paths`, they are checked here. Otherwise a probe
+        job runs ``python -m skyrl_engine validate`` on the cluster with the job's own config and code, so a
+        model on the cluster's FSx that this notebook cannot see is fine, and one that is missing there is
+        refused before anything is written or submitted."""
+        from skyrl_core.config import ConfigError, all_keys, local_paths
+        from skyrl_nb.cluster.shipping import probe_job
+
+        paths = [p for found in local_paths(cfg).values() for p in found]
+        if not paths:
+            return "none on a disk (built-in or object-store data and model)"
+        if self.runs_here or all(self._under_shared(p) for p in paths):
+            found = cfg.problems()
+            if found:
+                raise ConfigError(found)
+            return "checked here (the cluster sees this disk)"
+        code = code or self.engine_code()
+        module = self.engine_module or os.environ.get("SKYRL_NB_ENGINE_MODULE") or "skyrl_engine"
+        with tempfile.TemporaryDirectory(prefix="skyrl-nb-plugins-") as staging:
+            env, config_arg = self._runtime_env(cfg, str(cfg.run_dir), runtime_env, staging, code)
+            try:
+                result = probe_job(self, None, f"-m {module} validate --config {shlex.quote(config_arg)}",
+                                   runtime_env=env)
+            except TimeoutError as err:
+                raise ConfigError([f"{next(iter(local_paths(cfg)))}: could not be checked on the cluster: {err}"]) \
+                    from None
+        if result.state == "SUCCEEDED":
+            return f"{len(paths)} path(s) checked on the cluster by a probe job"
+        keys = set(all_keys())
+        lines = [line for line in result.lines if line.split(":", 1)[0] in keys]
+        raise ConfigError(lines or [f"{next(iter(local_paths(cfg)))}: could not be checked on the cluster: the "
+                                    f"probe job `{module} validate` ended {result.state.lower()} ({result.last[:200]})"])
 
     def launch(
         self,
@@ -312,6 +350,7 @@ class Cluster:
         cfg = self.prepare(config, overrides=overrides, run_id=run_id)
         engine_code = self.engine_code(code, image)
         cfg, _ = self.run_store(cfg)
+        self.check_files(cfg, runtime_env, engine_code)
         return self._submit(cfg, submission_id=cfg.get("run.run_id"), attempt=0, runtime_env=runtime_env,
                             code=engine_code)
 
@@ -425,7 +464,7 @@ class Cluster:
         from skyrl_core.memory import capacity_from_nodes, rank_memory
         from skyrl_nb.form import resources_for
 
-        cfg = check_config(config, overrides)
+        cfg = check_config(config, overrides, check_files=self.runs_here)
         nodes = self.node_resources()
         memory = rank_memory(cfg)
         capacity = capacity_from_nodes(nodes, cfg.trainer.placement.policy_num_gpus_per_node)
@@ -437,7 +476,7 @@ class Cluster:
         size = len(cfg.to_yaml().encode()) / 1024
         delivery = {"engine code": engine_code.describe(),
                     "config": f"travels in the submission ({size:.1f} KiB of YAML in the runtime env)",
-                    "run store": store_line}
+                    "run store": store_line, "files": self.check_files(cfg, code=engine_code)}
         if cfg.run.engine == "skyrl":  # SkyRL's trainer must import on the cluster: asked with a probe job
             from skyrl_nb.cluster.skyrl_check import check_skyrl
 
@@ -543,25 +582,27 @@ def connect(address: str, token: str | None = None, verify: bool = True, *, name
 
 
 def prepare_config(config: Any, *, overrides: list[str] | dict[str, Any] | None = None,
-                   run_id: str | None = None) -> JobConfig:
+                   run_id: str | None = None, check_files: bool = True) -> JobConfig:
     """Validate `config` (+ `overrides`) fully and fill in `run.run_id` / an absolute `run.run_root`.
 
     Raises `ConfigError` (one line per problem). Nothing is written and nothing is submitted:
     `Cluster.launch` and `%skyrl launch` call this first, so a bad config never reaches a cluster.
+    ``check_files=False`` leaves the files the config names unchecked here (a cluster elsewhere checks them:
+    `Cluster.check_files`).
     """
     from skyrl_core.config import PRESETS, ConfigError, check_config
     from skyrl_core.runs import RunReader
     from skyrl_core.store import is_url
 
     # the one validation (every problem in one pass, launch's run-id and run-root rules included)
-    cfg = check_config(config, overrides, run_id=run_id)
+    cfg = check_config(config, overrides, run_id=run_id, check_files=check_files)
     preset = config if isinstance(config, str) and config in PRESETS else None
     rid = cfg.run.run_id or new_run_id(preset)
     root = cfg.run.run_root if is_url(cfg.run.run_root) else os.path.expanduser(cfg.run.run_root)
     # The job reads this config on the cluster: spell the run root out, no `~`.
     fixed = {"run.run_id": str(rid), "run.run_root": root}
     if any(cfg.get(k) != v for k, v in fixed.items()):
-        cfg = check_config(cfg, fixed)
+        cfg = check_config(cfg, fixed, check_files=check_files)
     if RunReader(cfg.run_dir).exists():
         raise ConfigError(
             [f"run.run_id: {rid!r} already exists in {root}; pick another id, or resume that run"]

@@ -109,6 +109,62 @@ class EngineCode:
         return f"<code>{html.escape(self.describe())}</code>"
 
 
+PROBE_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """How a probe job ended: Ray's final ``state`` and its log ``lines``."""
+
+    state: str
+    lines: tuple[str, ...]
+
+    @property
+    def last(self) -> str:
+        return self.lines[-1] if self.lines else ""
+
+    def report(self, marker: str) -> dict[str, Any] | None:
+        """The last JSON object the probe printed that has ``marker`` (None: it printed none)."""
+        import json
+
+        for line in reversed(self.lines):
+            try:
+                found = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(found, dict) and marker in found:
+                return found
+        return None
+
+
+def probe_job(cluster: Cluster, code: EngineCode | None, command: str, timeout: float = PROBE_TIMEOUT_S,
+              runtime_env: dict[str, Any] | None = None) -> ProbeResult:
+    """Run ``command`` (a probe: ``python`` is the cluster's) as a tiny job, the engine's code delivered by
+    ``code`` (None: none) into ``runtime_env``, and wait for it. Raises `TimeoutError` naming the job when it
+    does not end in ``timeout`` s. The one way skyrl-nb asks a cluster something before a training job."""
+    submission_id = f"skyrl-nb-probe-{uuid.uuid4().hex[:12]}"
+    env = dict(runtime_env or {})
+    cluster._submit_with_retry(entrypoint=f"{shlex.quote(cluster.python)} {command}", submission_id=submission_id,
+                               runtime_env=(code.apply(env) if code is not None else env) or None,
+                               metadata={META_PROBE: "1"})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = cluster.client.get_job_status(submission_id)
+        state = str(getattr(status, "value", status)).upper()
+        if state in ("SUCCEEDED", "FAILED", "STOPPED"):
+            lines = (cluster.client.get_job_logs(submission_id) or "").splitlines()
+            return ProbeResult(state, tuple(line for line in lines if line.strip()))
+        time.sleep(0.3)
+    raise TimeoutError(f"the probe job {submission_id} did not end within {timeout:.0f} s on {cluster.address}")
+
+
+def run_probe(cluster: Cluster, code: EngineCode | None, command: str, marker: str,
+              timeout: float = PROBE_TIMEOUT_S) -> tuple[dict[str, Any] | None, str, str]:
+    """`probe_job`, read as ``(report, state, last_line)``: the last JSON object it printed that has ``marker``."""
+    result = probe_job(cluster, code, command, timeout)
+    return result.report(marker), result.state, result.last
+
+
 def probe_path(cluster: Cluster, folder: str, timeout: float = 120.0) -> bool:
     """Whether a job on ``cluster`` sees the notebook's ``folder`` (its nearest existing parent): a marker
     file is written there and a tiny probe job looks for it. The marker is removed either way.
@@ -118,18 +174,8 @@ def probe_path(cluster: Cluster, folder: str, timeout: float = 120.0) -> bool:
         existing = existing.parent
     marker = existing / f".skyrl-nb-probe-{uuid.uuid4().hex}"
     marker.write_text("")
-    submission_id = f"skyrl-nb-probe-{uuid.uuid4().hex[:12]}"
     check = f"import os, sys; sys.exit(0 if os.path.exists({str(marker)!r}) else 3)"
     try:
-        cluster._submit_with_retry(entrypoint=f"{shlex.quote(cluster.python)} -c {shlex.quote(check)}",
-                                   submission_id=submission_id, metadata={META_PROBE: "1"})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = cluster.client.get_job_status(submission_id)
-            name = str(getattr(status, "value", status)).upper()
-            if name in ("SUCCEEDED", "FAILED", "STOPPED"):
-                return name == "SUCCEEDED"
-            time.sleep(0.3)
-        raise TimeoutError(f"the probe job {submission_id} did not end within {timeout:.0f} s")
+        return probe_job(cluster, None, f"-c {shlex.quote(check)}", timeout).state == "SUCCEEDED"
     finally:
         marker.unlink(missing_ok=True)
