@@ -64,3 +64,16 @@ def kill_after_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int, time
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def distinct_prompts(dataset: str, n: int) -> list[list[dict[str, str]]]:
+    """The first ``n`` different chat prompts of a dataset (``builtin://...`` or a file), in order."""
+    from skyrl_engine.tasks import load_prompts
+
+    prompts: list[list[dict[str, str]]] = []
+    for row in load_prompts([dataset]):
+        if row.prompt not in prompts:
+            prompts.append(row.prompt)
+        if len(prompts) == n:
+            break
+    return prompts

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine_runs import distinct_prompts
 
 from skyrl_engine.export import ExportError, export_model
 
@@ -87,7 +88,6 @@ def test_export_loads_in_plain_transformers_and_generates_like_the_sampler(run_d
     from skyrl_core.config import SamplingParams
     from skyrl_engine.models import encode_prompt, load_model, load_tokenizer
     from skyrl_engine.sampler import sample
-    from skyrl_engine.tasks import load_prompts
 
     result = export_model(run_dir, tmp_path / "model")  # the latest checkpoint
     dest = tmp_path / "model"
@@ -106,12 +106,7 @@ def test_export_loads_in_plain_transformers_and_generates_like_the_sampler(run_d
     gen = json.loads((dest / "generation_config.json").read_text())
     assert (gen["eos_token_id"], gen["pad_token_id"]) == (tokenizer.eos_token_id, tokenizer.pad_token_id)
 
-    prompts = []
-    for row in load_prompts(["builtin://arithmetic/test"]):
-        if row.prompt not in prompts:
-            prompts.append(row.prompt)
-        if len(prompts) == 5:
-            break
+    prompts = distinct_prompts("builtin://arithmetic/test", 5)
     weights = _policy(run_dir, STEPS) / "model.safetensors"
     done = subprocess.run([sys.executable, "-c", RELOAD, json.dumps([str(dest), str(weights), prompts])],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)

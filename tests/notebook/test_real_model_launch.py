@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_runs import distinct_prompts
 
 STEPS = 2
 SMALL = [f"trainer.max_training_steps={STEPS}", "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
@@ -74,7 +75,6 @@ def test_smollm2_with_lora_through_launch_exports_a_model_plain_transformers_ser
     from skyrl_core.config import load_config
     from skyrl_engine import lora
     from skyrl_engine.models import load_model, load_tokenizer
-    from skyrl_engine.tasks import load_prompts
     from skyrl_nb.dashboard import Dashboard
 
     monkeypatch.setattr(ray_cluster, "engine_module", "skyrl_engine")  # the real engine, not fake_engine
@@ -105,12 +105,7 @@ def test_smollm2_with_lora_through_launch_exports_a_model_plain_transformers_ser
     assert result.step == STEPS and result.adapter and (dest / "adapter" / "adapter_config.json").is_file()
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= set(result.files)
 
-    prompts = []
-    for row in load_prompts(["builtin://word_problems/test"]):
-        if row.prompt not in prompts:
-            prompts.append(row.prompt)
-        if len(prompts) == 5:
-            break
+    prompts = distinct_prompts("builtin://word_problems/test", 5)
     done = subprocess.run([sys.executable, "-c", RELOAD, json.dumps([str(dest), prompts, NEW_TOKENS])],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
