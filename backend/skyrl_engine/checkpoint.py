@@ -5,8 +5,11 @@
     <ckpt_path>/                       trainer.ckpt_path, default <run_dir>/checkpoints
       latest_ckpt_global_step.txt      the newest COMPLETE checkpoint (written last)
       global_step_N/
-        policy/                        model.safetensors + config.json (an HF model dir, consolidated)
-          optim_world_size_W_rank_R.pt         each rank's AdamW state (its fsdp2 shards)
+        policy/                        model.safetensors + config.json (an HF model dir, consolidated;
+                                       LoRA merged), generation_config.json, the tokenizer
+          adapter/                             LoRA only: the PEFT adapter (adapter_model.safetensors,
+                                               adapter_config.json), what a resume restores
+          optim_world_size_W_rank_R.pt         each rank's AdamW state (its fsdp2 shards; the adapters' with LoRA)
           extra_state_world_size_W_rank_R.pt   each rank's LR schedule and RNG states
           fsdp_config.json                     the strategy and world size that wrote them
         critic/                        gae only: the same, model.safetensors = body + value_head
