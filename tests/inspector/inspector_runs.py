@@ -9,14 +9,23 @@ from typing import Any
 from skyrl_core.runs import RunWriter
 
 PROMPTS = ["What is 2 + 3?", "Spell 'cat' backwards.", "Name a prime above 10.", "Solve x + 1 = 4."]
+ANSWERS = ["5", "tac", "11", "3"]
+
+
+def chatml(question: str) -> str:
+    """``question`` as a ChatML chat template renders it for the model (system, user, then the assistant's turn)."""
+    return (f"<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n"
+            "<|im_start|>assistant\n")
 
 
 def step_rows(step: int, groups: int = 3, group_size: int = 4, tokens: bool = True,
-              multi_turn: bool = False) -> list[dict[str, Any]]:
-    """One step's rows: ``groups`` prompts x ``group_size`` samples, rewards varying by step."""
+              multi_turn: bool = False, chat: bool = False) -> list[dict[str, Any]]:
+    """One step's rows: ``groups`` prompts x ``group_size`` samples, rewards varying by step; ``chat``: the
+    prompts as a chat template renders them."""
     rows = []
     for g in range(groups):
-        prompt = PROMPTS[(step + g) % len(PROMPTS)]
+        question = PROMPTS[(step + g) % len(PROMPTS)]
+        prompt = chatml(question) if chat else question
         for i in range(group_size):
             # group 0 is zero-variance (all reward 1); the others mix 0 and 1
             reward = 1.0 if g == 0 else float((i + step) % 2)
@@ -27,6 +36,7 @@ def step_rows(step: int, groups: int = 3, group_size: int = 4, tokens: bool = Tr
                 "num_tokens": len(response), "finish_reason": "length" if i == group_size - 1 else "stop",
                 "env_class": "gsm8k" if g < 2 else "search", "data_source": f"src{g % 2}",
                 "discarded_reason": "zero-variance group filtered" if g == 0 and step % 2 == 0 else None,
+                "ground_truth": ANSWERS[(step + g) % len(PROMPTS)],
             }
             if tokens:
                 n = len(response)

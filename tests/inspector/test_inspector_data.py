@@ -112,3 +112,22 @@ def test_drift_scans_in_budgeted_chunks(tmp_path):
     os.remove(data.index.path(12))
     data.refresh()
     assert 12 not in [p[0] for p in data.drift(prompt)["points"]]
+
+
+def test_chat_prompts_read_back_as_turns_with_the_expected_answer(tmp_path):
+    """The prompt as the model saw it becomes chat turns (the template's markup kept apart for the raw view);
+    each group carries its ground truth; a completion's special tokens are marked."""
+    from inspector_runs import write_run
+
+    from skyrl_widgets.inspector_data import TrajectoryData
+
+    write_run(tmp_path / "chat", steps=1, chat=True)
+    group = TrajectoryData(tmp_path / "chat").view(1)["groups"][0]
+    assert [t["role"] for t in group["prompt_turns"]] == ["system", "user", "assistant"]
+    assert group["prompt_turns"][1]["content"] == "Spell 'cat' backwards." and group["prompt_turns"][-1]["open"]
+    assert ["<|im_start|>", True] in group["prompt_parts"] and ["<|im_end|>", True] in group["prompt_parts"]
+    assert group["ground_truth"] == "tac"
+    assert all(s["response_parts"] == [[s["response"], False]] for s in group["samples"])
+    write_run(tmp_path / "plain", steps=1)
+    plain = TrajectoryData(tmp_path / "plain").view(1)["groups"][0]  # a prompt with no template has no turns
+    assert plain["prompt_turns"] is None and plain["prompt_parts"] == [[plain["prompt"], False]]

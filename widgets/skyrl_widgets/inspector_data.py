@@ -10,8 +10,12 @@ The inspector never loads a whole run. It keeps
   budgeted chunks that read only the ``step``, ``prompt`` and ``reward`` columns.
 
 Rows follow the run-store contract (docs/architecture.md): ``step, uid, group, prompt, response, reward,
-advantage, num_tokens, finish_reason, env_class, data_source`` plus the optional ``turns``,
+advantage, num_tokens, finish_reason, env_class, data_source`` plus the optional ``turns``, ``ground_truth``,
 ``token_ids``, ``token_logprobs``, ``token_advantages``, ``token_texts`` and ``discarded_reason``.
+
+A prompt is stored as the model saw it, chat template applied; :func:`chat_turns` reads it back as turns
+(ChatML's ``<|im_start|>role``, Llama 3's header ids, ``<|role|>`` tags) and :func:`special_parts` marks the
+template's special tokens, so the view can show a conversation and dim the markup.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -32,8 +37,8 @@ from skyrl_core.store import Store, open_store
 #: Columns the group view reads; anything else in a part is left on disk.
 VIEW_COLUMNS = (
     "step", "uid", "group", "prompt", "response", "reward", "advantage", "num_tokens", "finish_reason",
-    "env_class", "data_source", "turns", "token_ids", "token_logprobs", "token_advantages", "token_texts",
-    "discarded_reason",
+    "env_class", "data_source", "turns", "ground_truth", "token_ids", "token_logprobs", "token_advantages",
+    "token_texts", "discarded_reason",
 )
 TOKEN_COLUMNS = ("token_logprobs", "token_advantages")
 SORTS = ("group", "reward_desc", "reward_asc", "std_desc", "length_desc", "discarded_first")
@@ -205,6 +210,82 @@ def finite(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+#: A chat template's special tokens: ``<|im_start|>``, ``<|user|>``, ``<s>`` / ``</s>``, ``[INST]``.
+SPECIAL_RE = re.compile(r"<\|[^|<>\s]{1,40}\|>|</?s>|\[/?INST\]")
+_ROLES = ("system", "user", "assistant", "tool", "ipython", "function", "observation", "developer")
+_TURN_ENDS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>", "<|eom_id|>")
+
+
+def special_parts(text: str) -> list[list[Any]]:
+    """``text`` cut into ``[piece, is_special]`` runs: the template's special tokens apart from the words.
+
+    >>> special_parts("<|user|>2+1<|im_end|>")
+    [['<|user|>', True], ['2+1', False], ['<|im_end|>', True]]
+    """
+    out: list[list[Any]] = []
+    pos = 0
+    for m in SPECIAL_RE.finditer(text):
+        if m.start() > pos:
+            out.append([text[pos:m.start()], False])
+        out.append([m.group(0), True])
+        pos = m.end()
+    if pos < len(text):
+        out.append([text[pos:], False])
+    return out
+
+
+def chat_turns(prompt: str) -> list[dict[str, Any]] | None:
+    """A templated prompt read back as chat turns ``{"role", "content"}``; None when it has none (plain text).
+
+    Knows ChatML (``<|im_start|>user\n...<|im_end|>``), Llama 3 (``<|start_header_id|>user<|end_header_id|>``)
+    and role tags (``<|user|>...``). The generation prompt at the end (an assistant turn with nothing in it
+    yet) is kept, marked ``"open": True``: the completions are its content.
+
+    >>> chat_turns("<|user|>4+2<|im_end|><|assistant|>")
+    [{'role': 'user', 'content': '4+2'}, {'role': 'assistant', 'content': '', 'open': True}]
+    """
+    turns: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    header = False  # Llama 3: the role's name comes between the two header tokens
+    for piece, special in special_parts(prompt):
+        name = piece[2:-2] if special and piece.startswith("<|") else ""
+        if special and name in _ROLES:
+            current = {"role": name, "content": ""}
+            turns.append(current)
+        elif special and name == "im_start":
+            current = {"role": "", "content": "", "_header": True}
+            turns.append(current)
+        elif special and name == "start_header_id":
+            header = True
+            current = {"role": "", "content": ""}
+            turns.append(current)
+        elif special and name == "end_header_id":
+            header = False
+        elif special and piece in _TURN_ENDS:
+            if current is not None:
+                current["_closed"] = True
+            current = None
+        elif not special and current is not None:
+            if header:
+                current["role"] += piece.strip()
+            elif current.pop("_header", False):
+                role, _, rest = piece.partition("\n")
+                current["role"], current["content"] = role.strip(), rest
+            else:
+                current["content"] += piece
+    turns = [t for t in turns if t["role"]]
+    if not turns:
+        return None
+    last = turns[-1]
+    if last["role"] == "assistant" and not last["content"].strip() and not last.get("_closed"):
+        last["open"] = True
+    for t in turns:
+        t.pop("_header", None)
+        t.pop("_closed", None)
+        t["content"] = t["content"].strip("\n")
+    return turns
 
 
 def _parse_turns(value: Any) -> list[dict[str, Any]] | None:
@@ -380,9 +461,11 @@ class TrajectoryData:
             std = (math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
                    if rewards and mean is not None else None)
             first = samples[0]
+            truth = first.get("ground_truth")
             groups.append({
                 "key": key if isinstance(key, (int, float, str)) else str(key),
                 "prompt": first.get("prompt") or "",
+                "ground_truth": None if truth is None else str(truth)[:MAX_TEXT_CHARS],
                 "env_class": first.get("env_class") or "",
                 "data_source": first.get("data_source") or "",
                 "n": len(samples),
@@ -437,8 +520,11 @@ class TrajectoryData:
 
     def _group_payload(self, group: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
         samples = [s for s in group["samples"] if f.get("show_discarded", True) or not s.get("discarded_reason")]
+        prompt = group["prompt"][:MAX_TEXT_CHARS]
         return {
             **{k: v for k, v in group.items() if k != "samples"},
+            "prompt_turns": chat_turns(prompt),
+            "prompt_parts": special_parts(prompt),
             "samples": [self._sample_payload(s, _sample_matches(s, f)) for s in samples],
         }
 
@@ -452,10 +538,12 @@ class TrajectoryData:
             "finish_reason": row.get("finish_reason") or "",
             "discarded_reason": row.get("discarded_reason") or None,
             "response": response[:MAX_TEXT_CHARS],
+            "response_parts": special_parts(response[:MAX_TEXT_CHARS]),
             "truncated": len(response) > MAX_TEXT_CHARS,
             "match": match,
             "turns": [
                 {"role": str(t.get("role", "")), "content": str(t.get("content", ""))[:MAX_TEXT_CHARS],
+                 "parts": special_parts(str(t.get("content", ""))[:MAX_TEXT_CHARS]),
                  "token_start": t.get("token_start"), "token_end": t.get("token_end")}
                 for t in row["turns"]
             ] if row.get("turns") else None,
@@ -467,6 +555,7 @@ class TrajectoryData:
             texts = self.tokens.texts(row, n)
             out["tokens"] = {
                 "text": texts,
+                "special": [bool(SPECIAL_RE.fullmatch(t)) for t in texts],
                 "logprob": [_round(v) for v in list(lps or ())[:n]] if lps is not None else None,
                 "advantage": [_round(v) for v in list(advs or ())[:n]] if advs is not None else None,
             }

@@ -31,21 +31,32 @@ function h(tag, attrs = {}, ...children) {
 const fmt = (x, d = 2) => (x === null || x === undefined || Number.isNaN(x) ? "–" : Number(x).toFixed(d));
 const signed = (x, d = 2) => (x === null || x === undefined ? "–" : (x > 0 ? "+" : "") + Number(x).toFixed(d));
 
+// Colours are JupyterLab's theme variables mixed over the page, so text keeps the theme's own colour
+// (readable in light and dark): a reward chip runs from the error colour (0) to the success colour (1).
 function rewardColour(r) {
   if (r === null || r === undefined) return "var(--sk-muted-bg)";
-  const t = Math.max(0, Math.min(1, r));
-  return `hsl(${Math.round(t * 120)}, 65%, 88%)`;
+  const t = Math.round(100 * Math.max(0, Math.min(1, r)));
+  return `color-mix(in srgb, color-mix(in srgb, var(--jp-success-color1, #388e3c) ${t}%, var(--jp-error-color1, #d32f2f)) 30%, transparent)`;
 }
 
+// Every token gets a colour (at least a faint one), so a heatmap covers the whole completion:
+// log-prob: likely tokens green, unlikely red; advantage: positive green, negative red, zero grey.
 function tokenColour(mode, value) {
-  if (value === null || value === undefined) return "transparent";
+  if (value === null || value === undefined) return "var(--sk-muted-bg)";
   if (mode === "logprob") {
-    // unlikely tokens glow red: alpha = 1 - p
     const p = Math.exp(Math.min(0, value));
-    return `rgba(220, 40, 40, ${(0.85 * (1 - p)).toFixed(3)})`;
+    const red = Math.round(100 * (1 - p));
+    return `color-mix(in srgb, color-mix(in srgb, var(--jp-error-color1, #d32f2f) ${red}%, var(--jp-success-color1, #388e3c)) ${Math.round(22 + 40 * (1 - p))}%, transparent)`;
   }
   const a = Math.max(-1, Math.min(1, value));
-  return a >= 0 ? `rgba(30, 160, 60, ${(0.75 * a).toFixed(3)})` : `rgba(220, 40, 40, ${(-0.75 * a).toFixed(3)})`;
+  if (Math.abs(a) < 1e-6) return "var(--sk-muted-bg)";
+  const c = a > 0 ? "var(--jp-success-color1, #388e3c)" : "var(--jp-error-color1, #d32f2f)";
+  return `color-mix(in srgb, ${c} ${Math.round(22 + 45 * Math.abs(a))}%, transparent)`;
+}
+
+// [text, is_special] runs (Python's special_parts): the chat template's markup dimmed, the words as they are
+function parts(list) {
+  return (list || []).map(([text, special]) => (special ? h("span", { class: "sk-special" }, text) : text));
 }
 
 function tokenSpans(tokens, mode, start = 0, end = null) {
@@ -56,8 +67,9 @@ function tokenSpans(tokens, mode, start = 0, end = null) {
     const v = values ? values[i] : null;
     const lp = tokens.logprob ? tokens.logprob[i] : null;
     const adv = tokens.advantage ? tokens.advantage[i] : null;
+    const special = tokens.special && tokens.special[i];
     out.push(h("span", {
-      class: "sk-tok", style: `background:${tokenColour(mode, v)}`, "data-value": v ?? "",
+      class: special ? "sk-tok sk-special" : "sk-tok", style: `background:${tokenColour(mode, v)}`, "data-value": v ?? "",
       title: `#${i}  logprob ${fmt(lp, 3)}  advantage ${fmt(adv, 3)}`,
     }, tokens.text[i]));
   }
@@ -70,7 +82,7 @@ function renderTurns(sample, mode) {
     const role = String(t.role || "").toLowerCase();
     const cls = ROLE_CLASS[role] || "other";
     const hasRange = useTokens && Number.isInteger(t.token_start) && Number.isInteger(t.token_end);
-    const body = hasRange ? tokenSpans(sample.tokens, mode, t.token_start, t.token_end) : t.content;
+    const body = hasRange ? tokenSpans(sample.tokens, mode, t.token_start, t.token_end) : parts(t.parts || [[t.content, false]]);
     return h("div", { class: `sk-turn sk-role-${cls}` },
       h("div", { class: "sk-role" }, role.replace("_", " ") || "turn"),
       h("div", { class: "sk-content" }, body));
@@ -81,19 +93,33 @@ function renderSample(sample, mode) {
   const useTokens = mode !== "off" && sample.tokens && sample.tokens[mode];
   let body;
   if (sample.turns && sample.turns.length) body = renderTurns(sample, mode);
-  else if (useTokens) body = h("div", { class: "sk-content sk-heat" }, tokenSpans(sample.tokens, mode));
-  else body = h("div", { class: "sk-content" }, sample.response, sample.truncated ? " …" : "");
+  else if (useTokens) body = h("div", { class: "sk-content sk-completion sk-heat" }, tokenSpans(sample.tokens, mode));
+  else body = h("div", { class: "sk-content sk-completion" }, parts(sample.response_parts || [[sample.response, false]]),
+    sample.truncated ? " …" : "");
   const classes = ["sk-sample"];
   if (!sample.match) classes.push("sk-dim");
   if (sample.discarded_reason) classes.push("sk-discarded");
+  const tag = (label, value, cls = "", style = "") => h("span", { class: `sk-badge ${cls}`, style, title: label },
+    h("span", { class: "sk-tag-label" }, label), " ", value);
   return h("div", { class: classes.join(" "), "data-uid": sample.uid },
     h("div", { class: "sk-badges" },
-      h("span", { class: "sk-badge sk-reward", style: `background:${rewardColour(sample.reward)}` }, `r ${fmt(sample.reward)}`),
-      h("span", { class: "sk-badge" }, `adv ${signed(sample.advantage)}`),
-      h("span", { class: "sk-badge" }, `${sample.num_tokens} tok`),
-      h("span", { class: `sk-badge sk-finish-${sample.finish_reason || "unknown"}` }, sample.finish_reason || "?")),
+      tag("reward", fmt(sample.reward), "sk-reward", `background:${rewardColour(sample.reward)}`),
+      tag("advantage", signed(sample.advantage)),
+      tag("length", `${sample.num_tokens} tok`),
+      tag("finish", sample.finish_reason || "?", `sk-finish-${sample.finish_reason || "unknown"}`)),
     sample.discarded_reason ? h("div", { class: "sk-discard-reason" }, `discarded: ${sample.discarded_reason}`) : null,
     body);
+}
+
+// The prompt as chat turns (Python's chat_turns), or its raw text with the template's markup dimmed.
+function renderPrompt(g, raw) {
+  if (raw || !g.prompt_turns) return h("div", { class: "sk-prompt-raw" }, parts(g.prompt_parts || [[g.prompt, false]]));
+  return g.prompt_turns.map((t) => {
+    const role = String(t.role || "").toLowerCase();
+    return h("div", { class: `sk-turn sk-role-${ROLE_CLASS[role] || "other"}${t.open ? " sk-open-turn" : ""}` },
+      h("div", { class: "sk-role" }, role.replace("_", " ") || "turn"),
+      h("div", { class: "sk-prompt-text" }, t.open ? h("span", { class: "sk-hint" }, "▸ the completions below") : t.content));
+  });
 }
 
 function sparkline(points, current) {
@@ -134,6 +160,7 @@ function sparkline(points, current) {
 
 function render({ model, el }) {
   el.classList.add("skyrl-inspector");
+  const rawPrompts = new Set();  // groups whose prompt the user switched to raw, kept across redraws
   // `steps` arrives as [first, last] runs; expand once per change
   let stepCache = null;
   model.on("change:step_ranges", () => { stepCache = null; });
@@ -292,22 +319,36 @@ function render({ model, el }) {
       groups.replaceChildren(h("div", { class: "sk-empty" },
         get("steps").length ? "No group matches these filters." : "No trajectories yet; they appear as the job writes steps."));
     } else {
-      groups.replaceChildren(...v.groups.map((g) => h("div", { class: "sk-group", "data-group": g.key },
-        h("div", { class: "sk-ghead" },
-          h("span", { class: "sk-gkey" }, `group ${g.key}`),
-          h("span", { class: "sk-badge sk-reward", style: `background:${rewardColour(g.mean_reward)}` },
-            `mean r ${fmt(g.mean_reward)} ± ${fmt(g.std_reward)}`),
-          h("span", { class: "sk-badge" }, `n ${g.n}`),
-          h("span", { class: "sk-badge" }, `${fmt(g.mean_length, 0)} tok`),
-          g.zero_variance ? h("span", { class: "sk-badge sk-zero" }, "zero variance") : null,
-          g.discarded ? h("span", { class: "sk-badge sk-discard-badge" }, `${g.discarded} discarded`) : null,
-          g.env_class ? h("span", { class: "sk-meta" }, g.env_class) : null,
-          g.data_source ? h("span", { class: "sk-meta" }, g.data_source) : null,
-          h("button", { class: "sk-btn sk-drift-btn", title: "this prompt across steps",
-            onclick: () => model.send({ type: "drift", prompt: g.prompt }) }, "across steps ↗")),
-        h("div", { class: "sk-prompt", title: "click to expand", onclick: (e) => e.currentTarget.classList.toggle("sk-open") }, g.prompt),
-        h("div", { class: "sk-samples", style: `grid-template-columns: repeat(${g.samples.length}, minmax(210px, 1fr))` },
-          g.samples.map((s) => renderSample(s, mode))))));
+      const tag = (label, value, cls = "", style = "") => h("span", { class: `sk-badge ${cls}`, style, title: label },
+        h("span", { class: "sk-tag-label" }, label), " ", value);
+      groups.replaceChildren(...v.groups.map((g) => {
+        const prompt = h("div", { class: "sk-prompt" });
+        const rawToggle = h("button", { class: "sk-btn sk-raw-toggle", title: "the prompt as the model saw it, chat template and all" }, "raw");
+        let raw = rawPrompts.has(g.key);
+        const drawPrompt = () => {
+          prompt.replaceChildren(...[renderPrompt(g, raw)].flat());
+          rawToggle.textContent = raw ? "as chat" : "raw";
+        };
+        rawToggle.addEventListener("click", () => { raw = !raw; if (raw) rawPrompts.add(g.key); else rawPrompts.delete(g.key); drawPrompt(); });
+        rawToggle.style.display = g.prompt_turns ? "" : "none";
+        drawPrompt();
+        return h("div", { class: "sk-group", "data-group": g.key },
+          h("div", { class: "sk-ghead" },
+            h("span", { class: "sk-gkey" }, `group ${g.key}`),
+            tag("mean reward", `${fmt(g.mean_reward)} ± ${fmt(g.std_reward)}`, "sk-reward", `background:${rewardColour(g.mean_reward)}`),
+            g.ground_truth !== null && g.ground_truth !== undefined ? tag("expected", g.ground_truth, "sk-truth") : null,
+            tag("samples", g.n),
+            tag("mean length", `${fmt(g.mean_length, 0)} tok`),
+            g.zero_variance ? h("span", { class: "sk-badge sk-zero", title: "every sample got the same reward: no learning signal" }, "zero variance") : null,
+            g.discarded ? h("span", { class: "sk-badge sk-discard-badge" }, `${g.discarded} discarded`) : null,
+            g.env_class ? tag("env", g.env_class, "sk-meta-tag") : null,
+            g.data_source ? tag("data", g.data_source, "sk-meta-tag") : null,
+            h("span", { class: "sk-ghead-actions" }, rawToggle,
+              h("button", { class: "sk-btn sk-drift-btn", title: "this prompt across steps",
+                onclick: () => model.send({ type: "drift", prompt: g.prompt }) }, "across steps ↗"))),
+          prompt,
+          h("div", { class: "sk-samples" }, g.samples.map((s) => renderSample(s, mode))));
+      }));
     }
     const page = v.page || 0, pages = v.pages || 1;
     const go = (p) => { model.set("page", p); model.save_changes(); };
