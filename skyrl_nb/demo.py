@@ -92,15 +92,16 @@ def progress_lines(run_dir: Path, stop: threading.Event, every_s: float = 5.0,
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; exit 0 when the notebook ran clean (its last cell asserts reward rose)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=150, help="trainer.max_training_steps")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="trainer.max_training_steps (default: the quickstart preset's, as in the notebook)")
     parser.add_argument("--out", type=Path, default=REPO / "notebooks" / "quickstart.out.ipynb")
     parser.add_argument("--run-root", type=Path, default=REPO / "runs")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the local Ray head running")
     args = parser.parse_args(argv)
 
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    params = {"max_training_steps": args.steps, "run_root": str(args.run_root.resolve()), "run_id": run_id,
-              "keep_cluster": args.keep_cluster}
+    params = {"run_root": str(args.run_root.resolve()), "run_id": run_id, "keep_cluster": args.keep_cluster,
+              **({"max_training_steps": args.steps} if args.steps else {})}
     error = None
     start = time.monotonic()
     stop = threading.Event()
