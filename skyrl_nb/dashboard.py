@@ -428,8 +428,15 @@ class Dashboard:
         return stopped
 
     def resume_job(self) -> Any:
-        """Resubmit the run from its latest checkpoint (the Resume button, `Job.resume`) and follow the new job."""
-        job = self._steer("resuming…", "resume it with cluster.launch(...) or %skyrl resume", lambda job: job.resume())
+        """Resubmit the run from its latest checkpoint (the Resume button, `Job.resume`) and follow the new job.
+
+        The run store says `stopped` a moment before Ray has seen the job's process exit: Ray is given up to
+        30 s to agree before the resubmission."""
+        def resume(job: Any) -> Any:
+            job.wait(timeout=30, poll_s=0.5)
+            return job.resume()
+
+        job = self._steer("resuming…", "resume it with cluster.launch(...) or %skyrl resume", resume)
         with self._lock:
             self.job, self._job_verdict, self._job_checked = job, None, 0.0
             self.state, self.error, self.started_at, self.ended_at = RunState.PENDING, None, None, None

@@ -197,3 +197,72 @@ def test_eta_and_format() -> None:
     from skyrl_widgets.dashboard import format_seconds
 
     assert format_seconds(5) == "5s" and format_seconds(75) == "1m15s" and format_seconds(3700) == "1h01m"
+
+
+class _StubJob:
+    """What a Dashboard asks of a Job, answered from a run directory (Ray's part played by `ray_state`)."""
+
+    def __init__(self, run_dir: Path, submission_id: str) -> None:
+        self.run_dir, self.submission_id, self.ray_state = str(run_dir), submission_id, "running"
+        self.cluster = type("C", (), {"dashboard_url": "http://127.0.0.1:8265/", "name": "stub"})()
+        self._info = None
+        self.calls: list[str] = []
+
+    def status_detail(self) -> tuple[str, None]:
+        return self.ray_state, None
+
+    def owns_status(self, status: dict) -> bool:
+        return True
+
+    def stop(self) -> bool:
+        self.calls.append("stop")
+        from skyrl_core.runs import RunWriter
+
+        RunWriter(self.run_dir).set_status("stopped")
+        self.ray_state = "stopped"
+        return True
+
+    def wait(self, timeout: float | None = None, poll_s: float = 1.0) -> str:
+        return self.ray_state
+
+    def resume(self) -> Any:
+        self.calls.append("resume")
+        return _StubJob(Path(self.run_dir), f"{self.submission_id}-r1")
+
+    def logs(self, tail: int | None = None) -> str:
+        return "step 1 reward 0.5"
+
+
+def test_stop_resume_and_logs_buttons(tmp_path: Path) -> None:
+    """The header's buttons reach the job; the dashboard then follows the resumed submission."""
+    from skyrl_core.runs import RunWriter
+    from skyrl_nb.dashboard import Dashboard
+
+    RunWriter(tmp_path / "job").set_status("running", step=0, total_steps=5)
+    job = _StubJob(tmp_path / "job", "job")
+    dash = Dashboard(job, static=False)  # type: ignore[arg-type]
+    header = dash.widget().children[0]
+    dash.refresh()
+    assert header.actions == ["stop", "logs"] and header.links[0]["href"] == "http://127.0.0.1:8265/#/jobs/job"
+    header._handle_message(header, {"action": "stop"}, [])  # what run_header.js sends on a click
+    dash.refresh()
+    assert job.calls == ["stop"] and dash.state == "stopped" and header.actions == ["resume", "logs"]
+    header._handle_message(header, {"action": "resume"}, [])
+    assert job.calls == ["stop", "resume"] and dash.job.submission_id == "job-r1"
+    assert header.links[0]["href"].endswith("/jobs/job-r1")
+    header.logs_open = True
+    header._handle_message(header, {"action": "logs"}, [])
+    assert header.logs == "step 1 reward 0.5"
+    dash.stop()
+
+
+def test_a_jobs_display_is_the_dashboards_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a widget front end a Job shows the dashboard's header as read now, saying when."""
+    from skyrl_core.runs import RunWriter
+    from skyrl_nb.dashboard import job_display
+
+    RunWriter(tmp_path / "j").set_status("running", step=2, total_steps=5)
+    bundle = job_display(_StubJob(tmp_path / "j", "j"))
+    assert set(bundle) == {"text/html", "text/plain"} and "(as of " in bundle["text/html"]
+    assert "running" in bundle["text/html"] and "<code>j</code>" in bundle["text/html"]
+    assert bundle["text/plain"].startswith("j: running, step 2/5")

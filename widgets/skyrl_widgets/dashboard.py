@@ -182,9 +182,11 @@ class Panel:
         self.ymin, self.ymax = self.y_axis["range"]
         self.parts: list[str] = []
         self.clip = f"clip{int(x0)}_{int(y0)}"
+        self.inset = 4.0  # between the frame and the first / last step: half a bar, for bars
 
     def px(self, x: float) -> float:
-        return self.x0 + 44 + (x - self.xmin) / ((self.xmax - self.xmin) or 1) * (_PANEL_W - 54)
+        width = _PANEL_W - 46 - 2 * self.inset
+        return self.x0 + 40 + self.inset + (x - self.xmin) / ((self.xmax - self.xmin) or 1) * width
 
     def py(self, y: float) -> float:
         y = min(max(y, self.ymin), self.ymax)  # what lies beyond the axis is drawn at its edge
@@ -271,6 +273,7 @@ def render_svg(series: dict[str, Any], header: str = "", total_steps: int | None
     bars = Panel(_W / 2, 40 + _PANEL_H + 30, "step time (s)", axes["timing"])
     if t_xs:
         span = (_PANEL_W - 54) / max(1, axes["timing"]["x"]["range"][1] - axes["timing"]["x"]["range"][0] + 1)
+        bars.inset = span * 0.4 + 1
         for i, x in enumerate(t_xs):
             base = 0.0
             for (_, _, colour), col in zip(parts, t_cols, strict=False):

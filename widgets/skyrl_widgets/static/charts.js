@@ -168,7 +168,7 @@ function draw(model, el, state) {
       const row = document.createElement("div");
       const key = document.createElement("i");
       key.style.background = s.colour;
-      const value = s.kind === "band" ? `${fmt(p[1])} – ${fmt(p[2])}` : fmt(p[1]);
+      const value = s.kind === "band" ? fmt((p[2] - p[1]) / 2) : fmt(p[1]);  // a ±std band: its half width
       if (s.kind === "bar") total += p[1];
       row.append(key, document.createTextNode(`${s.name} ${value}`));
       state.tip.appendChild(row);
