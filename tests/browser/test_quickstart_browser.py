@@ -5,7 +5,8 @@ arithmetic, 150 steps); its parameters cell is filled in with papermill's `param
 (nothing runs outside the browser), and two cells are added at its end: a second job (`browser-stop`)
 with its own dashboard, for the Stop and Resume buttons. Asserted in the browser DOM:
 
-- before step 1 the dashboard's header names the stage the job is in (the engine's stage events);
+- the cluster cell shows the stages of the Ray head's cold start; before step 1 the dashboard's header
+  names the stage the job is in (the engine's stage events);
 - the reward chart gains points while the job runs; a real mouse click on a reward point, made while
   the job runs, opens that step's rollouts in the inspector before the job ends;
 - the inspector: all n samples of a group on screen (wrapped, not cut off), the prompt as chat turns
@@ -159,6 +160,12 @@ def test_quickstart_live_dashboard_click_opens_step_with_heatmap(lab, page, arti
                              const s = window.__stages, prev = s[s.length - 1];
                              if (stage && (!prev || prev[0] !== stage.split(" · ")[0])) s.push([stage.split(" · ")[0], n]); }}, 100); }}""")
 
+    # the cluster cell narrated the cold start of its Ray head (a small widget): stages with their times
+    started_head = page.locator(".jp-OutputArea-output", has_text="local Ray head").first
+    started_head.wait_for(timeout=120_000)
+    page.wait_for_function("() => /local Ray head up/.test(document.body.innerText)", timeout=120_000)
+    head_text = started_head.inner_text()
+    assert "raylet up" in head_text and "Jobs API answering" in head_text and "ready at" in head_text, head_text
     # the dashboard renders; its reward chart gains points while the real job runs
     page.wait_for_selector(REWARD_CHART, timeout=240_000)
     timings["dashboard_s"] = time.monotonic() - started
