@@ -202,7 +202,9 @@ class SkyrlMagics(Magics):
             overrides["run.engine"] = args.engine
         preset = args.preset or self.preset
         try:
-            cfg = prepare_config(preset, overrides=overrides, run_id=args.run_id)
+            # everything but the files it names, before any cluster is asked: those are judged where the
+            # job reads them (cluster.launch: here on this machine, by a probe job on a cluster elsewhere)
+            cfg = prepare_config(preset, overrides=overrides, run_id=args.run_id, check_files=False)
         except ConfigError as err:
             raise UsageError(_one_line(err.problems)) from None
         except (ValueError, TypeError, OSError) as err:  # validation is all that ran: nothing was written
