@@ -227,8 +227,9 @@ def payload_bytes(weights: Any) -> int:
     """Bytes of a weight sync's payload: a LoRA adapter's, a state dict's tensors (0 for a directory)."""
     if hasattr(weights, "nbytes") and not hasattr(weights, "items"):
         return int(weights.nbytes)
-    if hasattr(weights, "values"):
-        return sum(int(t.numel() * t.element_size()) for t in weights.values() if hasattr(t, "element_size"))
+    if hasattr(weights, "values"):  # a tensor held under two names (tied weights) moves once
+        unique = {id(t): t for t in weights.values() if hasattr(t, "element_size")}
+        return sum(int(t.numel() * t.element_size()) for t in unique.values())
     return 0
 
 

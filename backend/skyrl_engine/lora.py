@@ -138,17 +138,12 @@ def merged_state_dict(peft_model: Any) -> dict[str, Any]:
     model class, as ``from_pretrained`` would."""
     import torch
 
+    from skyrl_engine.models import copy_state_dict
+
     base = peft_model.get_base_model()
     layers = _lora_layers(peft_model)
-    out: dict[str, Any] = {}
-    copies: dict[int, Any] = {}  # tied weights (the output head and the embedding) stay one tensor
     with torch.no_grad():
-        for key, value in base.state_dict().items():
-            if ".lora_" in key:
-                continue
-            if value.data_ptr() not in copies:
-                copies[value.data_ptr()] = value.detach().cpu().clone()
-            out[key.replace(".base_layer.", ".")] = copies[value.data_ptr()]
+        out = copy_state_dict(base.state_dict(), lambda k: None if ".lora_" in k else k.replace(".base_layer.", "."))
         for name, layer in layers.items():
             out[f"{name}.weight"] = merge_weight(layer.base_layer.weight.detach().cpu(),
                                                  layer.lora_A[_ADAPTER].weight.detach().cpu(),

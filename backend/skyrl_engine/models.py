@@ -113,6 +113,22 @@ def copy_tokenizer_files(source: str, out: str) -> None:
             shutil.copytree(os.path.join(source, name), os.path.join(out, name), dirs_exist_ok=True)
 
 
+def copy_state_dict(state: Any, rename: Any = None) -> dict[str, Any]:
+    """Detached CPU copies of a state dict's tensors (keys passed through ``rename``, which drops a key by
+    returning None); tied weights (the output head and the embedding) stay one tensor, so they are saved
+    and sent once."""
+    copies: dict[int, Any] = {}
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        name = rename(key) if rename is not None else key
+        if name is None:
+            continue
+        if value.data_ptr() not in copies:
+            copies[value.data_ptr()] = value.detach().cpu().clone()
+        out[name] = copies[value.data_ptr()]
+    return out
+
+
 def load_model(path: str):
     """A float32 causal LM from a local directory, in eval mode."""
     import torch

@@ -139,7 +139,9 @@ class TrainableWorker:
         call it and rank 0 gets the whole ({} on the others)."""
         if self.dist is not None:
             return self.dist.full_state_dict(self.model)
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        from skyrl_engine.models import copy_state_dict
+
+        return copy_state_dict(self.model.state_dict())
 
     # -- checkpoints ----------------------------------------------------------------------------
     def save_checkpoint(self, ckpt_dir: str, extra: dict[str, Any] | None = None) -> None:
