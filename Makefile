@@ -8,20 +8,23 @@ TORCH_PIN := torch==2.13.0
 # --no-compile: pip's byte-compiling of ~1.8 GB of packages took half of a fresh install on 2 cores;
 # Python compiles the modules it imports on first use instead (make demo on a fresh clone: 302 s -> 242 s).
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check --no-compile
+# constraints.txt pins every package to the versions the suite last passed with: a fresh clone installs what
+# was tested (a newer transformers changed the tiny model's numbers; a newer boto3 left s3fs unresolvable).
+PINNED := -c constraints.txt
 
-.PHONY: demo test lint bench clean-venv browser-deps oracle-env-bg
+.PHONY: demo test lint bench clean-venv browser-deps oracle-env-bg constraints
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Runtime install: the notebook side, the engine and the notebook tools the demo runs.
-$(VENV)/.stamp-run: pyproject.toml | $(BIN)/python
-	$(PIP) $(TORCH_PIN) -e ".[engine,notebook]"
+$(VENV)/.stamp-run: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) $(PINNED) $(TORCH_PIN) -e ".[engine,notebook]"
 	touch $@
 
 # Dev install: everything above plus the test tools, moto, playwright.
-$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-run
-	$(PIP) -e ".[engine,notebook,aws,dev]"
+$(VENV)/.stamp-dev: pyproject.toml constraints.txt $(VENV)/.stamp-run
+	$(PIP) $(PINNED) -e ".[engine,notebook,aws,dev]"
 	touch $@
 
 demo: $(VENV)/.stamp-run
@@ -53,3 +56,8 @@ lint: $(VENV)/.stamp-dev
 
 clean-venv:
 	rm -rf $(VENV)
+
+# After upgrading packages in .venv and a green make test: pin what was tested.
+constraints: $(VENV)/.stamp-dev
+	@{ sed -n '1,3p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable --disable-pip-version-check; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
