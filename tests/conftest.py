@@ -72,11 +72,13 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def engine_ray():
+def engine_ray(private_model_cache):
     """One private local Ray cluster in this process (``ENGINE_RAY_CPUS`` CPUs, own temp dir, token auth
     off) for every test that starts the engine's roles as Ray actors itself: placement groups, the
     combination matrices, the vLLM engines. Starting one costs ~15 s on 2 cores, so it is started once;
-    those tests run last (``RUN_LAST``), so it lives until the session ends. Yields the ``ray`` module."""
+    those tests run last (``RUN_LAST``), so it lives until the session ends. Yields the ``ray`` module.
+    Its workers inherit this process's environment when it starts, so ``SKYRL_NB_CACHE`` is set first: the
+    built-in text2sql databases and models the tests build here are where its actors look for them."""
     from ray_clusters import private_ray_cluster
 
     with private_ray_cluster(ENGINE_RAY_CPUS) as ray:

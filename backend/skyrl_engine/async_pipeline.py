@@ -290,6 +290,11 @@ class PipelinedTrainer:
         """The last finished step."""
         return self.trainer.global_step
 
+    @property
+    def ckpt_root(self) -> str:
+        """Where the trainer's checkpoints go (``trainer.ckpt_path`` or ``<run_dir>/checkpoints``)."""
+        return self.trainer.ckpt_root
+
     def _train(self, step: int, out: Any) -> dict[str, float]:
         timings: dict[str, float] = {}
         metrics, advantages_BT = self.trainer.train_on(step, out, timings)

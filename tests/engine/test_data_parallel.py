@@ -255,11 +255,18 @@ def test_fsdp_config_shapes_the_wrap_and_ddp_is_the_fallback(tiny_model_dir) -> 
     proc = ctx.Process(target=_fallback_rank, args=(tiny_model_dir, rendezvous_address(), results))
     proc.start()
     try:
-        record, fallback_entropy = results.get(timeout=240)
+        deadline = time.monotonic() + 240
+        while results.empty():  # its answer, or why it has none: the rank's process died or never finished
+            assert proc.is_alive() or not results.empty(), f"the fallback rank's process exited {proc.exitcode}"
+            assert time.monotonic() < deadline, "the fallback rank gave no answer in 240 s"
+            time.sleep(0.2)
+        outcome = results.get(timeout=10)
     finally:
         proc.join(timeout=30)
         if proc.is_alive():
             proc.kill()
+    assert not isinstance(outcome, str), outcome  # the rank's traceback
+    record, fallback_entropy = outcome
     assert record["strategy"] == "ddp" and record["wrapped"] == "DistributedDataParallel"
     assert record["fallback"] == ("fsdp2 could not wrap the model (NotImplementedError: no FSDP2 on this backend); "
                                   "ddp ran instead")
@@ -276,10 +283,15 @@ def _fallback_rank(model_dir: str, address: str, results) -> None:
         raise NotImplementedError("no FSDP2 on this backend")
 
     fsdp.fully_shard = refuse
-    trainer = load_config("quickstart", ["trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
-                                         "generator.n_samples_per_prompt=2",
-                                         "trainer.micro_train_batch_size_per_gpu=4"]).trainer
-    worker = PolicyWorker(model_dir, trainer, 1.0, 1, num_threads=1, rank=0, world_size=1)
-    record = worker.join_group(address, "fsdp2")
-    entropy = worker.train_step(_batch(len(load_tokenizer(model_dir))))["policy/policy_entropy"]
-    results.put(({**record, "wrapped": type(worker.model).__name__}, entropy))
+    try:
+        trainer = load_config("quickstart", ["trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
+                                             "generator.n_samples_per_prompt=2",
+                                             "trainer.micro_train_batch_size_per_gpu=4"]).trainer
+        worker = PolicyWorker(model_dir, trainer, 1.0, 1, num_threads=1, rank=0, world_size=1)
+        record = worker.join_group(address, "fsdp2")
+        entropy = worker.train_step(_batch(len(load_tokenizer(model_dir))))["policy/policy_entropy"]
+        results.put(({**record, "wrapped": type(worker.model).__name__}, entropy))
+    except BaseException:
+        import traceback
+
+        results.put(traceback.format_exc())
