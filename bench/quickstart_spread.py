@@ -1,0 +1,98 @@
+"""How much the quickstart learns, and how much that depends on the machine: the preset's full run under
+several settings, one after the other, each reported as the notebook's own figure (``reward_change``: the
+mean of the first and last 20 steps) plus the greedy eval scores.
+
+Arms (each ``python -m skyrl_engine train --config quickstart``, one thread):
+
+- ``seed42``: the preset as ``make demo`` runs it;
+- ``seed42-isa-default``: the same with ``ATEN_CPU_CAPABILITY=default`` (torch's portable kernels instead of
+  AVX2/AVX-512) and a fresh model cache, so the tiny model's warm start is rebuilt with those kernels too:
+  what another kind of CPU does to the same code;
+- ``seed2``: another seed (another warm start and other batches);
+- ``no-learning``: ``lr=1e-9``, the same data and sampling with no learning: the rise noise alone gives.
+
+    .venv/bin/python bench/quickstart_spread.py --out bench/results/quickstart_spread.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARMS: dict[str, tuple[dict[str, str], list[str]]] = {
+    "seed42": ({}, []),
+    "seed42-isa-default": ({"ATEN_CPU_CAPABILITY": "default", "SKYRL_NB_CACHE": "<fresh>"}, []),
+    "seed2": ({}, ["trainer.seed=2"]),
+    "no-learning": ({}, ["trainer.policy.optimizer_config.lr=1e-9"]),
+}
+
+
+def _cpu_name() -> str:
+    """The CPU's model name and the vector ISAs torch can pick from (avx2, avx512f, amx_*)."""
+    first = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")) and ":" in line:
+                name = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    isa = sorted({f for f in name.split() if f.startswith(("avx2", "avx512f", "amx"))})
+                    return f"{first} ({' '.join(isa)})"
+                first = name
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_arm(arm: str, run_root: str) -> dict:
+    from skyrl_core.runs import RunReader
+
+    env_extra, overrides = ARMS[arm]
+    env = {**os.environ, **env_extra}
+    env.pop("RAY_ADDRESS", None)
+    if env.get("SKYRL_NB_CACHE") == "<fresh>":
+        env["SKYRL_NB_CACHE"] = tempfile.mkdtemp(prefix="cache-", dir=run_root)
+    cmd = [sys.executable, "-m", "skyrl_engine", "train", "--config", "quickstart", f"run.run_root={run_root}",
+           f"run.run_id={arm}", "trainer.num_threads=1", *overrides]
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    with open(Path(run_root) / f"{arm}.log", "w") as log:
+        code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    if code != 0:
+        raise RuntimeError(f"{arm}: exit {code}:\n{(Path(run_root) / f'{arm}.log').read_text()[-2000:]}")
+    reader = RunReader(os.path.join(run_root, arm))
+    change = reader.reward_change()
+    return {"arm": arm, "env": {k: v for k, v in env_extra.items()}, "overrides": overrides,
+            "steps": len(reader.metrics()), "reward_first": round(change.first, 4), "reward_last": round(change.last, 4),
+            "reward_gain": round(change.gain, 4), "window": change.window,
+            "evals": [round(e["eval/all/avg_score"], 4) for e in reader.events() if e.get("kind") == "eval"],
+            "wall_s": round(time.perf_counter() - started, 1),
+            "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    run_root = tempfile.mkdtemp(prefix="skyrl-bench-spread-")
+    runs = []
+    for arm in args.arms.split(","):
+        runs.append(run_arm(arm, run_root))
+        print(json.dumps(runs[-1]), flush=True)
+    result = {"bench": "quickstart_spread", "cpu": _cpu_name(),
+              "cpus": os.cpu_count(), "runs": runs}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
