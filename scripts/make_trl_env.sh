@@ -13,19 +13,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SKYRL_TRL_VENV:-${HOME}/.cache/skyrl-nb/trl-venv}"
 PYTHON="${PYTHON:-python3.11}"
-STAMP="${VENV}/.stamp-trl"
-PIP=("${VENV}/bin/python" -m pip install -q --disable-pip-version-check)
+# shellcheck source=cached_venv.sh
+source "${ROOT}/scripts/cached_venv.sh"
 
-if [[ ! -f "${STAMP}" ]]; then
-  start=$(date +%s)
-  rm -rf "${VENV}"
-  mkdir -p "$(dirname "${VENV}")"
-  "${PYTHON}" -m venv "${VENV}"
+build() {
   "${PIP[@]}" torch==2.13.0
   "${PIP[@]}" torch==2.13.0 trl transformers datasets accelerate tokenizers safetensors
   "${VENV}/bin/python" -c "import trl, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
-  touch "${STAMP}"
-  echo "built ${VENV} in $(( $(date +%s) - start )) s" >&2
-fi
+}
+cached_venv "${VENV}" .stamp-trl build
 ln -sfn "${VENV}" "${ROOT}/.venv-trl" 2>/dev/null || true
 echo "${VENV}/bin/python"

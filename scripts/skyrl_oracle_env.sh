@@ -12,21 +12,14 @@ set -euo pipefail
 
 VENV="${SKYRL_ORACLE_VENV:-${HOME}/.cache/skyrl-nb/skyrl-oracle-venv}"
 PYTHON="${PYTHON:-python3.11}"
-STAMP="${VENV}/.stamp-skyrl-0.3.0"
-PIP=("${VENV}/bin/python" -m pip install -q --disable-pip-version-check --no-compile)
+# shellcheck source=cached_venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cached_venv.sh"
 
-mkdir -p "$(dirname "${VENV}")"
-# Two test sessions may ask at once: the second waits for the first build instead of racing it.
-exec 9>"${VENV}.lock"
-flock 9
-if [[ ! -f "${STAMP}" ]]; then
-  start=$(date +%s)
-  rm -rf "${VENV}"
-  "${PYTHON}" -m venv "${VENV}"
+build() {
   "${PIP[@]}" torch==2.13.0
   "${PIP[@]}" torch==2.13.0 skyrl==0.3.0 omegaconf skyrl-gym==0.4.0 loguru jaxtyping ray==2.56.0 \
     aiohttp cloudpickle numpy
-  touch "${STAMP}"
-  echo "built ${VENV} in $(( $(date +%s) - start )) s" >&2
-fi
+}
+# Two test sessions may ask at once: the second waits for the first build instead of racing it.
+cached_venv "${VENV}" .stamp-skyrl-0.3.0 build
 echo "${VENV}/bin/python"
