@@ -20,18 +20,18 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ARMS: dict[str, tuple[dict[str, str], list[str]]] = {
-    "seed42": ({}, []),
-    "seed42-isa-default": ({"ATEN_CPU_CAPABILITY": "default", "SKYRL_NB_CACHE": "<fresh>"}, []),
-    "seed2": ({}, ["trainer.seed=2"]),
-    "no-learning": ({}, ["trainer.policy.optimizer_config.lr=1e-9"]),
+from train_job import train_job
+
+#: arm -> (environment variables, overrides, build the tiny model afresh in its own model cache)
+ARMS: dict[str, tuple[dict[str, str], list[str], bool]] = {
+    "seed42": ({}, [], False),
+    "seed42-isa-default": ({"ATEN_CPU_CAPABILITY": "default"}, [], True),
+    "seed2": ({}, ["trainer.seed=2"], False),
+    "no-learning": ({}, ["trainer.policy.optimizer_config.lr=1e-9"], False),
 }
 
 
@@ -52,29 +52,18 @@ def _cpu_name() -> str:
 
 
 def run_arm(arm: str, run_root: str) -> dict:
-    from skyrl_core.runs import RunReader
-
-    env_extra, overrides = ARMS[arm]
+    env_extra, overrides, fresh_cache = ARMS[arm]
     env = {**os.environ, **env_extra}
-    env.pop("RAY_ADDRESS", None)
-    if env.get("SKYRL_NB_CACHE") == "<fresh>":
+    env.pop("RAY_ADDRESS", None)  # a private local Ray per job, never a cluster from outside
+    if fresh_cache:
         env["SKYRL_NB_CACHE"] = tempfile.mkdtemp(prefix="cache-", dir=run_root)
-    cmd = [sys.executable, "-m", "skyrl_engine", "train", "--config", "quickstart", f"run.run_root={run_root}",
-           f"run.run_id={arm}", "trainer.num_threads=1", *overrides]
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    with open(Path(run_root) / f"{arm}.log", "w") as log:
-        code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    if code != 0:
-        raise RuntimeError(f"{arm}: exit {code}:\n{(Path(run_root) / f'{arm}.log').read_text()[-2000:]}")
-    reader = RunReader(os.path.join(run_root, arm))
-    change = reader.reward_change()
-    return {"arm": arm, "env": {k: v for k, v in env_extra.items()}, "overrides": overrides,
-            "steps": len(reader.metrics()), "reward_first": round(change.first, 4), "reward_last": round(change.last, 4),
-            "reward_gain": round(change.gain, 4), "window": change.window,
-            "evals": [round(e["eval/all/avg_score"], 4) for e in reader.events() if e.get("kind") == "eval"],
-            "wall_s": round(time.perf_counter() - started, 1),
-            "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    job = train_job("quickstart", run_root, arm, ["trainer.num_threads=1", *overrides], env=env)
+    change = job.reader.reward_change()
+    return {"arm": arm, "env": env_extra, "fresh_model_cache": fresh_cache, "overrides": overrides,
+            "steps": len(job.reader.metrics()), "reward_first": round(change.first, 4),
+            "reward_last": round(change.last, 4), "reward_gain": round(change.gain, 4), "window": change.window,
+            "evals": [round(e["eval/all/avg_score"], 4) for e in job.reader.events() if e.get("kind") == "eval"],
+            "wall_s": job.wall_s, "load_avg_1m": job.load_avg_1m}
 
 
 def main(argv: list[str] | None = None) -> int:

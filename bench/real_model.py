@@ -21,13 +21,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from train_job import train_job
+
 WINDOW = 10
 ARMS = {
     "lora": [],
@@ -42,31 +42,21 @@ def _mean(values: list[float]) -> float | None:
 
 def run_arm(arm: str, steps: int, run_root: str, overrides: list[str], full_lr: float) -> dict:
     """Train one arm in its own process; its figures from the run store."""
-    from skyrl_core.runs import RunReader
-
-    run_id = f"{arm}-{int(time.time())}"
     extra = [*ARMS[arm], f"trainer.policy.optimizer_config.lr={full_lr}"] if arm == "full" else []
-    cmd = [sys.executable, "-m", "skyrl_engine", "train", "--config", "smollm2", f"run.run_root={run_root}",
-           f"run.run_id={run_id}", f"trainer.max_training_steps={steps}", "trainer.ckpt_interval=0",
-           f"trainer.eval_interval={steps}", *extra, *overrides]
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    with open(Path(run_root) / f"{run_id}.log", "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    reader = RunReader(os.path.join(run_root, run_id))
+    job = train_job("smollm2", run_root, f"{arm}-{int(time.time())}",
+                    [f"trainer.max_training_steps={steps}", "trainer.ckpt_interval=0", f"trainer.eval_interval={steps}",
+                     *extra, *overrides])
+    reader = job.reader
     rows = reader.metrics()
-    if os.waitstatus_to_exitcode(status) != 0 or len(rows) < steps:
-        tail = (Path(run_root) / f"{run_id}.log").read_text()[-2000:]
-        raise RuntimeError(f"{arm}: the job failed (exit {os.waitstatus_to_exitcode(status)}, {len(rows)} steps):\n{tail}")
+    if len(rows) < steps:
+        raise RuntimeError(f"{arm}: the job ended after {len(rows)} of {steps} steps")
     col = {key: [r.get(key) for r in rows] for key in rows[-1]}
     rewards = col["reward/avg_raw_reward"]
     evals = {int(e["step"]): e["eval/all/avg_score"] for e in reader.events() if e.get("kind") == "eval"}
     first, last = _mean(rewards[:WINDOW]), _mean(rewards[-WINDOW:])
     started_event = next(e for e in reader.events() if e.get("kind") == "started")
     return {
-        "arm": arm, "overrides": [*extra, *overrides], "steps": len(rows), "wall_s": round(wall, 1),
+        "arm": arm, "overrides": [*extra, *overrides], "steps": len(rows), "wall_s": job.wall_s,
         "reward_first10": first, "reward_last10": last, "reward_gain": round(last - first, 4),
         "eval_before": evals.get(0), "eval_end": evals.get(steps),
         "step_s": _mean(col["timing/step"]), "generate_s": _mean(col["timing/generate"]),
@@ -74,9 +64,9 @@ def run_arm(arm: str, steps: int, run_root: str, overrides: list[str], full_lr: 
         "sync_weights_bytes": _mean(col.get("policy/sync_weights_bytes", [])),
         "train_tokens_per_s": _mean(col["trainer/tokens_per_second"]),
         "generated_tokens_per_step": _mean(col["generate/avg_num_tokens"]),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "peak_rss_mb": job.peak_rss_mb,
         "parameters": started_event.get("policy_parameters"),
-        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "load_avg_1m": job.load_avg_1m,
         "rewards": [round(r, 4) for r in rewards],
     }
 
