@@ -132,25 +132,34 @@ def main() -> int:
             ray_note = f"ray engine unavailable: {type(err).__name__}: {err}"
 
     times: dict[str, list[float]] = {"bare": [], "engine_local": [], "engine_ray": []}
+    parts: dict[str, dict[str, list[float]]] = {"engine_local": {}, "engine_ray": {}}
+
+    def keep_parts(side: str, metrics: dict) -> None:
+        for key, value in metrics.items():
+            if key.startswith("timing/"):
+                parts[side].setdefault(key[len("timing/"):], []).append(float(value))
+
     for step in range(1, args.reps + 2):
         rows = local.loader.batch(step)
         start = time.perf_counter()
         bare_grpo_step(bare_model, bare_opt, tokenizer, rows, g.n_samples_per_prompt, g.sampling_params.max_generate_length, bare_gen)
         bare_s = time.perf_counter() - start
         start = time.perf_counter()
-        local.train_one_step(step)
+        local_metrics = local.train_one_step(step)
         local_s = time.perf_counter() - start
         ray_s = None
         if ray_trainer is not None:
             start = time.perf_counter()
-            ray_trainer.train_one_step(step)
+            ray_metrics = ray_trainer.train_one_step(step)
             ray_s = time.perf_counter() - start
         if step == 1:
             continue  # warm-up: first calls allocate caches, import lazily
         times["bare"].append(bare_s)
         times["engine_local"].append(local_s)
+        keep_parts("engine_local", local_metrics)
         if ray_s is not None:
             times["engine_ray"].append(ray_s)
+            keep_parts("engine_ray", ray_metrics)
 
     med = {k: statistics.median(v) for k, v in times.items() if v}
     engine_key = "engine_ray" if "engine_ray" in med else "engine_local"
@@ -166,6 +175,8 @@ def main() -> int:
         "engine_over_bare_measured_on": engine_key,
         "engine_local_over_bare": round(med["engine_local"] / med["bare"], 3),
         "goal": 1.15,
+        # the engine's own step timings (median seconds), where the two engine paths differ
+        "timing_median_s": {side: {k: round(statistics.median(v), 4) for k, v in p.items()} for side, p in parts.items() if p},
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "note": ray_note,
     }

@@ -1,14 +1,28 @@
 """skyrl-nb vs TRL's GRPOTrainer: tokens/s and reward reached, same model, task, group, batch, steps.
 
-Both sides start from the same warm-started built-in tiny model on the built-in arithmetic task and
-run ``--steps`` GRPO steps of 16 prompts × 8 samples (≤ 8 new tokens, temperature 1), lr 1e-4
-constant, no KL, clip 0.2, token-mean loss, one update per batch, one process, ``--threads`` torch
-threads. TRL runs in its own env (``scripts/make_trl_env.sh``) as a subprocess of this script.
+Two set-ups (``--model``):
 
-tokens/s = (prompt + completion tokens of every sample) / wall-clock of the training loop.
-reward = mean training reward over the last ``--tail`` steps (and the first, for the rise).
+- ``tiny``: the warm-started built-in tiny model on the built-in arithmetic task, 16 prompts × 8
+  samples, ≤ 8 new tokens, temperature 1, lr 1e-4; reward: the exact answer (the arithmetic env's rule);
+- ``smollm2``: SmolLM2-135M-Instruct (``builtin://smollm2-135m-instruct``) on the built-in word
+  problems, 8 prompts × 4 samples, ≤ 48 new tokens, temperature 0.7 (the ``smollm2`` preset's), full
+  fine-tuning at lr 1e-5 (the preset's documented full-FT rate); reward: the last number of the answer
+  (skyrl-gym's gsm8k flexible extraction, ``skyrl_engine.tasks.flexible_answer``).
 
-    .venv/bin/python bench/vs_trl.py --steps 60 --out bench/results/vs_trl.json
+On both sides: lr constant, no KL (TRL ``beta=0``), clip 0.2, token-mean loss (TRL ``loss_type="dapo"``),
+group-normalised advantages, one update per batch, gradient clipping at 1.0, fp32, one process,
+``--threads`` torch threads. Each side runs as its own subprocess (skyrl-nb's ``RLTrainer`` with
+in-process workers in ``.venv``; TRL in its env, ``scripts/make_trl_env.sh``), and only its training
+loop is timed. For every seed of ``--seeds`` both sides run, in alternating order (the first seed
+skyrl-nb first, the next TRL first, ...), so a change in the machine's load falls on both.
+
+tokens/s = (prompt + completion tokens of every sample) / wall-clock of the loop; the summary takes
+the median over seeds. reward = mean training reward of the last ``--tail`` steps, the same number
+of samples on both sides; the summary takes the mean over seeds. A side whose loop ran under a
+minute is flagged (``short_loops``): its tokens/s swings with the load.
+
+    .venv/bin/python bench/vs_trl.py --model tiny --steps 400 --seeds 42,1,2 --out bench/results/vs_trl.json
+    .venv/bin/python bench/vs_trl.py --model smollm2 --steps 4 --seeds 42 --out bench/results/vs_trl_smollm2.json
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,27 +40,40 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "backend"))
-PROMPTS_PER_STEP, GROUP, MAX_NEW, LR = 16, 8, 8, 1e-4
+sys.path.insert(0, str(ROOT))
+
+SETUPS: dict[str, dict] = {
+    "tiny": {"preset": "quickstart", "data": "builtin://arithmetic/train", "prompts": 16, "group": 8,
+             "max_new": 8, "temperature": 1.0, "lr": 1e-4, "overrides": []},
+    "smollm2": {"preset": "smollm2", "data": "builtin://word_problems/train", "prompts": 8, "group": 4,
+                "max_new": 48, "temperature": 0.7, "lr": 1e-5, "overrides": ["trainer.policy.model.lora.rank=0"]},
+}
+MIN_LOOP_S = 60.0
 
 
-def skyrl_side(steps: int, threads: int, run_root: str) -> dict:
-    """The engine's loop in this process (in-process Workers: generator and policy model copies)."""
+def skyrl_side(setup: dict, steps: int, threads: int, seed: int, run_root: str) -> dict:
+    """The engine's loop (``RLTrainer``, generator and policy in this process)."""
     from skyrl_core.config import load_config
     from skyrl_core.runs import RunReader, RunWriter
-    from skyrl_engine.models import load_tokenizer, resolve_model_path
+    from skyrl_engine.models import encode_prompt, load_tokenizer, resolve_model_path
     from skyrl_engine.tasks import load_prompts
     from skyrl_engine.trainer import RLTrainer
     from skyrl_engine.workers import Workers
 
-    cfg = load_config("quickstart", [
-        f"run.run_root={run_root}", "run.run_id=skyrl", f"trainer.max_training_steps={steps}",
+    n = setup["prompts"]
+    cfg = load_config(setup["preset"], [
+        f"run.run_root={run_root}", "run.run_id=skyrl", f"trainer.max_training_steps={steps}", f"trainer.seed={seed}",
         f"trainer.num_threads={threads}", "trainer.eval_interval=0", "trainer.eval_before_train=false",
-        "trainer.ckpt_interval=0", f"trainer.train_batch_size={PROMPTS_PER_STEP}",
-        f"trainer.policy_mini_batch_size={PROMPTS_PER_STEP}", f"generator.n_samples_per_prompt={GROUP}",
-        f"generator.sampling_params.max_generate_length={MAX_NEW}", f"trainer.policy.optimizer_config.lr={LR}",
-        "trainer.policy.optimizer_config.scheduler=constant",
+        "trainer.ckpt_interval=0", f"trainer.train_batch_size={n}", f"trainer.policy_mini_batch_size={n}",
+        f"trainer.micro_train_batch_size_per_gpu={n * setup['group']}",
+        f"trainer.micro_forward_batch_size_per_gpu={n * setup['group']}",
+        f"generator.n_samples_per_prompt={setup['group']}",
+        f"generator.sampling_params.max_generate_length={setup['max_new']}",
+        f"generator.sampling_params.temperature={setup['temperature']}",
+        f"trainer.policy.optimizer_config.lr={setup['lr']}", "trainer.policy.optimizer_config.scheduler=constant",
+        "trainer.policy.optimizer_config.max_grad_norm=1.0", *setup["overrides"],
     ])
-    train = load_prompts(cfg.data.train_data, "arithmetic")
+    train = load_prompts(cfg.data.train_data)
     model_dir = resolve_model_path(cfg.trainer.policy.model.path, train, cfg.trainer.seed)
     workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True)  # trainer.num_threads
     trainer = RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, [])
@@ -54,31 +82,35 @@ def skyrl_side(steps: int, threads: int, run_root: str) -> dict:
     wall = time.perf_counter() - t0
     reader = RunReader(cfg.run_dir)
     tok = load_tokenizer(model_dir)
-    prompt_len = {}
     tokens = 0
-    for step in reader.trajectory_steps():
-        frame = reader.trajectories(step)
-        for prompt, n_tokens in zip(frame["prompt"], frame["num_tokens"], strict=True):
-            if prompt not in prompt_len:  # the trajectory's prompt is the sampler's prompt, decoded
-                prompt_len[prompt] = len(tok(prompt, add_special_tokens=False)["input_ids"])
-            tokens += prompt_len[prompt] + int(n_tokens)
+    for step in reader.trajectory_steps():  # each prompt of the step's batch (the loader's) once per sample
+        prompts = sum(len(encode_prompt(tok, row.prompt)) for row in trainer.loader.batch(step))
+        tokens += prompts * setup["group"] + int(reader.trajectories(step)["num_tokens"].sum())
     rewards = [r["reward/avg_raw_reward"] for r in reader.metrics()]
     return {"wall_s": wall, "tokens": tokens, "rewards": rewards, "model_dir": model_dir}
 
 
-def trl_side(model_dir: str, rows_file: str, steps: int, threads: int, out_dir: str) -> dict:
+def trl_side(setup: dict, model_dir: str, steps: int, threads: int, seed: int, out_dir: str) -> dict:
     """TRL's GRPOTrainer in this process (this must be the TRL env's python)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.set_num_threads(threads)
-    rows = json.loads(Path(rows_file).read_text())
-    data = Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["ground_truth"]} for r in rows])
+    from skyrl_engine.tasks import _arithmetic_reward, flexible_answer, load_prompts
 
-    def exact_answer(completions, ground_truth, **_):
-        return [1.0 if c[0]["content"].strip() == str(g).strip() else 0.0 for c, g in zip(completions, ground_truth, strict=True)]
+    torch.set_num_threads(threads)
+    rows = load_prompts([setup["data"]])
+    data = Dataset.from_list([{"prompt": r.prompt, "ground_truth": str(r.ground_truth)} for r in rows])
+    if setup["preset"] == "quickstart":
+        def score(text: str, truth: str) -> float:
+            return _arithmetic_reward(text, truth)
+    else:
+        def score(text: str, truth: str) -> float:
+            return 1.0 if flexible_answer(text) == truth.strip() else 0.0
+
+    def reward(completions, ground_truth, **_):
+        return [score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
 
     rewards: list[float] = []
 
@@ -87,26 +119,36 @@ def trl_side(model_dir: str, rows_file: str, steps: int, threads: int, out_dir: 
             if logs and "reward" in logs:
                 rewards.append(float(logs["reward"]))
 
+    samples = setup["prompts"] * setup["group"]
     args = GRPOConfig(
-        output_dir=out_dir, use_cpu=True, max_steps=steps, learning_rate=LR, lr_scheduler_type="constant",
-        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
-        gradient_accumulation_steps=1, steps_per_generation=1, num_generations=GROUP, num_iterations=1,
-        max_completion_length=MAX_NEW, temperature=1.0, top_p=1.0, beta=0.0, epsilon=0.2, loss_type="dapo",
-        scale_rewards="group", logging_steps=1, report_to="none", save_strategy="no", seed=42,
+        output_dir=out_dir, use_cpu=True, max_steps=steps, learning_rate=setup["lr"], lr_scheduler_type="constant",
+        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, per_device_train_batch_size=samples,
+        gradient_accumulation_steps=1, steps_per_generation=1, num_generations=setup["group"], num_iterations=1,
+        max_completion_length=setup["max_new"], temperature=setup["temperature"], top_p=1.0, beta=0.0, epsilon=0.2,
+        loss_type="dapo", scale_rewards="group", logging_steps=1, report_to="none", save_strategy="no", seed=seed,
         dataloader_num_workers=0, disable_tqdm=True, bf16=False,
     )
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    trainer = GRPOTrainer(model=model, reward_funcs=exact_answer, args=args, train_dataset=data,
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tok, callbacks=[KeepRewards()])
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
-    tokens = int(trainer.state.num_input_tokens_seen)
-    return {"wall_s": wall, "tokens": tokens, "rewards": rewards}
+    return {"wall_s": wall, "tokens": int(trainer.state.num_input_tokens_seen), "rewards": rewards}
 
 
-def _summary(side: dict, tail: int) -> dict:
+def model_dir_for(setup: dict, seed: int) -> str:
+    """The model directory the engine trains for ``setup`` at ``seed`` (built into the model cache if missing)."""
+    from skyrl_core.config import load_config
+    from skyrl_engine.models import resolve_model_path
+    from skyrl_engine.tasks import load_prompts
+
+    cfg = load_config(setup["preset"], [f"trainer.seed={seed}", *setup["overrides"]])
+    return resolve_model_path(cfg.trainer.policy.model.path, load_prompts(cfg.data.train_data), seed)
+
+
+def _summary(side: dict, tail: int, load: tuple[float, float]) -> dict:
     rewards = side["rewards"]
     k = max(1, min(tail, len(rewards)))
     return {
@@ -116,56 +158,94 @@ def _summary(side: dict, tail: int) -> dict:
         "tokens_per_s": round(side["tokens"] / side["wall_s"], 1),
         "reward_first": round(sum(rewards[:k]) / k, 4),
         "reward_last": round(sum(rewards[-k:]) / k, 4),
+        "load_avg_1m_before_after": [round(load[0], 2), round(load[1], 2)],
     }
 
 
+def _run_side(python: str, side: str, args: argparse.Namespace, seed: int, work: str, model_dir: str = "") -> dict:
+    """One side as its own subprocess; its JSON result (it prints one line last)."""
+    cmd = [python, __file__, "--side", side, "--model", args.model, "--steps", str(args.steps),
+           "--threads", str(args.threads), "--seeds", str(seed), "--workdir", os.path.join(work, f"{side}-{seed}"),
+           "--model-dir", model_dir]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=7200, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"{side} side failed (exit {done.returncode}): {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run skyrl-nb, then TRL; print (and optionally write) one JSON object."""
+    """Run both sides for every seed; print (and optionally write) one JSON object."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--model", choices=sorted(SETUPS), default="tiny")
+    parser.add_argument("--steps", type=int, default=None, help="steps per side (default: tiny 400, smollm2 4)")
+    parser.add_argument("--seeds", default="42", help="comma-separated seeds; both sides run for each")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tail", type=int, default=10, help="steps averaged for the reward reached")
     parser.add_argument("--out", default=None)
-    parser.add_argument("--side", choices=["trl"], default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--rows", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=["skyrl", "trl"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    setup = SETUPS[args.model]
+    args.steps = args.steps or {"tiny": 400, "smollm2": 4}[args.model]
+    seeds = [int(s) for s in args.seeds.split(",")]
 
+    if args.side == "skyrl":
+        print(json.dumps(skyrl_side(setup, args.steps, args.threads, seeds[0], args.workdir)))
+        return 0
     if args.side == "trl":
-        print(json.dumps(trl_side(args.model, args.rows, args.steps, args.threads, args.workdir)))
+        print(json.dumps(trl_side(setup, args.model_dir, args.steps, args.threads, seeds[0], args.workdir)))
         return 0
 
-    from skyrl_engine.tasks import load_prompts
-
+    trl_python = os.environ.get("SKYRL_TRL_PYTHON") or subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make_trl_env.sh")], capture_output=True, text=True, check=True
+    ).stdout.strip().splitlines()[-1]
     work = tempfile.mkdtemp(prefix="skyrl-bench-trl-")
+    per_seed: list[dict] = []
+    curves: dict[str, list[float]] = {}
     try:
-        result: dict = {"steps": args.steps, "prompts_per_step": PROMPTS_PER_STEP, "group": GROUP,
-                        "max_new_tokens": MAX_NEW, "lr": LR, "threads": args.threads,
-                        "load_avg_1m_before": os.getloadavg()[0]}
-        skyrl = skyrl_side(args.steps, args.threads, work)
-        rows = [{"prompt": r.prompt, "ground_truth": r.ground_truth} for r in load_prompts(["builtin://arithmetic/train"])]
-        rows_file = os.path.join(work, "rows.json")
-        Path(rows_file).write_text(json.dumps(rows))
-        trl_python = os.environ.get("SKYRL_TRL_PYTHON") or subprocess.run(
-            ["bash", str(ROOT / "scripts" / "make_trl_env.sh")], capture_output=True, text=True, check=True
-        ).stdout.strip().splitlines()[-1]
-        done = subprocess.run(
-            [trl_python, __file__, "--side", "trl", "--model", skyrl["model_dir"], "--rows", rows_file,
-             "--steps", str(args.steps), "--threads", str(args.threads), "--workdir", os.path.join(work, "trl")],
-            capture_output=True, text=True, timeout=3600,
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"TRL side failed (exit {done.returncode}): {done.stderr[-3000:]}")
-        trl = json.loads(done.stdout.strip().splitlines()[-1])
-        result["skyrl_nb"] = _summary(skyrl, args.tail)
-        result["trl"] = _summary(trl, args.tail)
-        result["tokens_per_s_ratio"] = round(result["skyrl_nb"]["tokens_per_s"] / result["trl"]["tokens_per_s"], 3)
-        result["rewards"] = {"skyrl_nb": skyrl["rewards"], "trl": trl["rewards"]}
-        result["load_avg_1m_after"] = os.getloadavg()[0]
+        for i, seed in enumerate(seeds):
+            order = ["skyrl", "trl"] if i % 2 == 0 else ["trl", "skyrl"]
+            found: dict[str, dict] = {}
+            model_dir = ""
+            if order[0] == "trl":  # TRL loads the engine's model directory (the tiny model's warm start is per seed)
+                model_dir = model_dir_for(setup, seed)
+            for side in order:
+                before = os.getloadavg()[0]
+                result = _run_side(sys.executable if side == "skyrl" else trl_python, side, args, seed, work,
+                                   model_dir)
+                model_dir = result.get("model_dir", model_dir)
+                found[side] = {**_summary(result, args.tail, (before, os.getloadavg()[0])), "rewards": result["rewards"]}
+            if not curves:
+                curves = {"skyrl_nb": found["skyrl"]["rewards"], "trl": found["trl"]["rewards"]}
+            per_seed.append({"seed": seed, "order": order, "skyrl_nb": found["skyrl"], "trl": found["trl"],
+                             "tokens_per_s_ratio": round(found["skyrl"]["tokens_per_s"] / found["trl"]["tokens_per_s"], 3)})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps({k: v for k, v in result.items() if k != "rewards"}, indent=1))
+
+    def side_summary(key: str) -> dict:
+        runs = [s[key] for s in per_seed]
+        return {"steps": args.steps, "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in runs), 1),
+                "reward_first": round(statistics.fmean(r["reward_first"] for r in runs), 4),
+                "reward_last": round(statistics.fmean(r["reward_last"] for r in runs), 4),
+                "wall_s_min": min(r["wall_s"] for r in runs)}
+
+    result = {
+        "bench": "vs_trl", "model": args.model, "steps": args.steps, "seeds": seeds,
+        "prompts_per_step": setup["prompts"], "group": setup["group"], "max_new_tokens": setup["max_new"],
+        "temperature": setup["temperature"], "lr": setup["lr"], "threads": args.threads,
+        "skyrl_nb": side_summary("skyrl_nb"), "trl": side_summary("trl"),
+        "per_seed": [{k: ({kk: vv for kk, vv in v.items() if kk != "rewards"} if isinstance(v, dict) else v)
+                      for k, v in s.items()} for s in per_seed],
+        "short_loops": [f"{side} seed {s['seed']}: {s[side]['wall_s']} s" for s in per_seed
+                        for side in ("skyrl_nb", "trl") if s[side]["wall_s"] < MIN_LOOP_S],
+        "rewards": curves,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(),
+    }
+    result["tokens_per_s_ratio"] = round(result["skyrl_nb"]["tokens_per_s"] / result["trl"]["tokens_per_s"], 3)
+    result["goals"] = {"tokens_per_s_ratio_at_least_1_5": result["tokens_per_s_ratio"] >= 1.5,
+                       "reward_at_least_trl": result["skyrl_nb"]["reward_last"] >= result["trl"]["reward_last"]}
+    print(json.dumps({k: v for k, v in result.items() if k not in ("rewards", "per_seed")}, indent=1))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -16,11 +16,15 @@ PYTHON="${PYTHON:-python3.11}"
 # shellcheck source=cached_venv.sh
 source "${ROOT}/scripts/cached_venv.sh"
 
+# transformers, tokenizers, accelerate and the rest at .venv's versions (constraints.txt): the two sides
+# then run the same model code. skyrl-gym: the TRL side scores with skyrl-nb's own reward rules
+# (skyrl_engine.tasks), which read skyrl-gym's gsm8k answer extraction.
 build() {
   "${PIP[@]}" torch==2.13.0
-  "${PIP[@]}" torch==2.13.0 trl transformers datasets accelerate tokenizers safetensors
+  "${PIP[@]}" -c "${ROOT}/constraints.txt" torch==2.13.0 trl transformers datasets accelerate tokenizers \
+    safetensors skyrl-gym pydantic pyyaml
   "${VENV}/bin/python" -c "import trl, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 }
-cached_venv "${VENV}" .stamp-trl build
+cached_venv "${VENV}" .stamp-trl-2 build
 ln -sfn "${VENV}" "${ROOT}/.venv-trl" 2>/dev/null || true
 echo "${VENV}/bin/python"

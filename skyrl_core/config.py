@@ -693,10 +693,44 @@ def _build(source: Any, overrides: Any,
         pairs.append(("run.run_id", run_id))
     for key, value in pairs:
         _set_dotted(base, key, value, problems)
+    _async_off_policy_default(base, {key for key, _ in pairs})
     problems.extend(_pop_unknown_keys(base))
     cfg, bad = _validate_tree(base, problems)
     problems.extend(_registry_checks(cfg, skip=bad))
     return cfg, problems, bad, (None if source_ok else {key for key, _ in pairs})
+
+
+ASYNC_SWITCHES = ("trainer.async_one_step", "trainer.fully_async.enabled")
+ASYNC_TIS_KEY = "trainer.algorithm.off_policy_correction.tis_ratio_type"
+ASYNC_TIS_DEFAULT = "sequence"
+"""What ``tis_ratio_type`` is when async is on and the config does not say (SkyRL's default is null: off).
+
+The full quickstart at seed 42 (``bench/async_parity.py``, docs/benchmarks.md): grpo sync +0.318, one-step
+async +0.135 uncorrected, +0.308 with sequence-level TIS; gae sync +0.300, async +0.139 and +0.163."""
+_ABSENT = object()
+
+
+def _dotted_get(tree: dict[str, Any], key: str) -> Any:
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def _async_off_policy_default(tree: dict[str, Any], given: set[str]) -> None:
+    """Turn sequence-level TIS on for an async config that leaves ``tis_ratio_type`` unsaid.
+
+    Unsaid: the key is absent from the source and the overrides, or these overrides switch async on without
+    naming it (a saved config holds every key, ``null`` included). An explicit ``null`` stays off.
+    """
+    if not any(_dotted_get(tree, key) is True for key in ASYNC_SWITCHES) or ASYNC_TIS_KEY in given:
+        return
+    current = _dotted_get(tree, ASYNC_TIS_KEY)
+    switched_now = any(key in given for key in ASYNC_SWITCHES)
+    if current is _ABSENT or (current is None and switched_now):
+        _set_dotted(tree, ASYNC_TIS_KEY, ASYNC_TIS_DEFAULT, [])
 
 
 def _read_source(source: Any, problems: list[str]) -> tuple[dict[str, Any], bool]:

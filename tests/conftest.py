@@ -12,7 +12,7 @@ import pytest
 # engine's roles on Ray actors from this process share one cluster (`engine_ray`), so they run together,
 # at the end: it starts once and nothing after them needs this process free of Ray. Order is otherwise kept.
 TESTS = Path(__file__).resolve().parent
-RUN_LAST = ("algorithms/test_parity_skyrl.py", "skyrl_bridge/test_skyrl_oracle.py",
+RUN_LAST = ("algorithms/test_parity_skyrl.py", "skyrl_bridge/test_skyrl_oracle.py", "engine/test_tensor_transport.py",
             "async/test_placement_groups.py", "engine/test_combination_matrix.py", "engine/test_data_parallel.py",
             "vllm/")
 ENGINE_RAY_CPUS = 4

@@ -106,10 +106,12 @@ def prepare_worker(num_threads: int, plugins: list[str] | tuple[str, ...] = ()) 
     import torch
 
     from skyrl_core.registry import load_plugins
+    from skyrl_engine.ray_runtime import register_tensor_transport
 
     load_plugins(plugins)
     threads = set_torch_threads(num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    register_tensor_transport()  # an actor's results (rollouts, weights) leave it through Ray
     return threads
 
 

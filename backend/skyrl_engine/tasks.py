@@ -247,21 +247,28 @@ def env_config_for(env_class: str, env_configs: dict[str, dict[str, Any]] | None
     return OmegaConf.create(settings)
 
 
-def make_env(env_class: str, extras: dict[str, Any], env_configs: dict[str, dict[str, Any]] | None = None):
-    """An environment from skyrl-gym's registry, as SkyRL's generator makes it, with its settings."""
+def make_env(env_class: str, extras: dict[str, Any], env_configs: dict[str, dict[str, Any]] | None = None,
+             env_config: Any = None):
+    """An environment from skyrl-gym's registry, as SkyRL's generator makes it, with its settings.
+
+    ``env_config``: the class's settings already built by :func:`env_config_for` (a batch builds them once
+    per class and hands every env of that class the same object, as SkyRL's generator does); else built here.
+    """
     import skyrl_gym
 
     register_builtin_envs()
-    return skyrl_gym.make(env_class, env_config=env_config_for(env_class, env_configs), extras=extras)
+    if env_config is None:
+        env_config = env_config_for(env_class, env_configs)
+    return skyrl_gym.make(env_class, env_config=env_config, extras=extras)
 
 
-def score_response(row: PromptRow, response: str,
-                   env_configs: dict[str, dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
+def score_response(row: PromptRow, response: str, env_configs: dict[str, dict[str, Any]] | None = None,
+                   env_config: Any = None) -> tuple[float, dict[str, Any]]:
     """Run one single-turn episode: init the env with the prompt, step with the response.
 
-    Returns ``(reward, env_metrics)``.
+    Returns ``(reward, env_metrics)``. ``env_config`` as in :func:`make_env`.
     """
-    env = make_env(row.env_class, row.extras, env_configs)
+    env = make_env(row.env_class, row.extras, env_configs, env_config)
     try:
         env.init(row.prompt)
         out = env.step(response)
