@@ -55,8 +55,9 @@ def _build(args):
     return build_tiny_model(rows, seed, TinyModelSpec(hidden_size=32, intermediate_size=64, sft_steps=3, sft_batch_size=8))
 
 
-def test_tiny_model_cache_survives_concurrent_builds(tmp_path):
+def test_tiny_model_cache_survives_concurrent_builds(tmp_path, monkeypatch):
     cache = str(tmp_path / "cache")
+    monkeypatch.setenv("SKYRL_NB_CACHE", cache)  # _build in this process sets it too: restored after the test
     with mp.get_context("spawn").Pool(2) as pool:
         a, b = pool.map(_build, [(cache, 7), (cache, 7)])
     assert a == b and os.path.exists(os.path.join(a, "model.safetensors"))
