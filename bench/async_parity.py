@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from train_job import train_job
+from train_job import private_ray_env, train_job
 
 GOAL = 0.03
 
@@ -32,17 +32,9 @@ def run_arm(estimator: str, mode: str, run_root: str, extra: list[str]) -> dict:
                  f"trainer.algorithm.advantage_estimator={estimator}"]
     if mode == "async":
         overrides += ["trainer.async_one_step=true", *extra]
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)  # a private local Ray per job, never a cluster from outside
-    job = train_job("quickstart", run_root, f"{estimator}-{mode}", overrides, env=env)
-    change = job.reader.reward_change()
-    rows = job.reader.metrics()
-    return {"estimator": estimator, "mode": mode, "overrides": overrides, "steps": len(rows),
-            "reward_first": round(change.first, 4), "reward_last": round(change.last, 4),
-            "reward_gain": round(change.gain, 4),
-            "staleness_max": max(r.get("async/staleness_max", 0.0) for r in rows),
-            "evals": [round(e["eval/all/avg_score"], 4) for e in job.reader.events() if e.get("kind") == "eval"],
-            "wall_s": job.wall_s, "load_avg_1m": job.load_avg_1m}
+    job = train_job("quickstart", run_root, f"{estimator}-{mode}", overrides, env=private_ray_env())
+    return {"estimator": estimator, "mode": mode, "overrides": overrides, **job.learning(),
+            "staleness_max": max(r.get("async/staleness_max", 0.0) for r in job.reader.metrics())}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from train_job import train_job
+from train_job import private_ray_env, train_job
 
 #: arm -> (environment variables, overrides, build the tiny model afresh in its own model cache)
 ARMS: dict[str, tuple[dict[str, str], list[str], bool]] = {
@@ -53,17 +53,12 @@ def _cpu_name() -> str:
 
 def run_arm(arm: str, run_root: str) -> dict:
     env_extra, overrides, fresh_cache = ARMS[arm]
-    env = {**os.environ, **env_extra}
-    env.pop("RAY_ADDRESS", None)  # a private local Ray per job, never a cluster from outside
+    env = private_ray_env(env_extra)
     if fresh_cache:
         env["SKYRL_NB_CACHE"] = tempfile.mkdtemp(prefix="cache-", dir=run_root)
     job = train_job("quickstart", run_root, arm, ["trainer.num_threads=1", *overrides], env=env)
-    change = job.reader.reward_change()
     return {"arm": arm, "env": env_extra, "fresh_model_cache": fresh_cache, "overrides": overrides,
-            "steps": len(job.reader.metrics()), "reward_first": round(change.first, 4),
-            "reward_last": round(change.last, 4), "reward_gain": round(change.gain, 4), "window": change.window,
-            "evals": [round(e["eval/all/avg_score"], 4) for e in job.reader.events() if e.get("kind") == "eval"],
-            "wall_s": job.wall_s, "load_avg_1m": job.load_avg_1m}
+            **job.learning()}
 
 
 def main(argv: list[str] | None = None) -> int:

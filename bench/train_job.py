@@ -22,9 +22,26 @@ class TrainJob:
     peak_rss_mb: float  # the job process's ru_maxrss
     load_avg_1m: list[float]  # before, after
 
+    def learning(self) -> dict[str, Any]:
+        """What the run learned and took, as the benches report it: its steps, the notebook's rise
+        (``reward_change``: first and last 20 steps), the greedy evals, wall time and load."""
+        change = self.reader.reward_change()
+        return {"steps": len(self.reader.metrics()), "reward_first": round(change.first, 4),
+                "reward_last": round(change.last, 4), "reward_gain": round(change.gain, 4), "window": change.window,
+                "evals": [round(e["eval/all/avg_score"], 4) for e in self.reader.events() if e.get("kind") == "eval"],
+                "wall_s": self.wall_s, "load_avg_1m": self.load_avg_1m}
+
     def __repr__(self) -> str:
         return (f"TrainJob({self.reader.run_id}: {len(self.reader.metrics())} steps, {self.wall_s} s, "
                 f"peak RSS {self.peak_rss_mb} MB, load {self.load_avg_1m})")
+
+
+def private_ray_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment (plus ``extra``) for a job that starts its own private local Ray, never
+    joining a cluster from outside (no ``RAY_ADDRESS``)."""
+    env = {**os.environ, **(extra or {})}
+    env.pop("RAY_ADDRESS", None)
+    return env
 
 
 def train_job(preset: str, run_root: str, run_id: str, overrides: list[str],

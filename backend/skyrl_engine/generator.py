@@ -65,7 +65,10 @@ class SingleTurnLoop:
                  env_configs: dict[str, dict[str, Any]] | None = None) -> None:
         self.tokenizer = tokenizer
         self.backend = backend
+        from skyrl_engine.tasks import EnvSettings
+
         self.env_configs = env_configs or {}
+        self.env_settings = EnvSettings(self.env_configs)
         self._prompt_cache: dict[str, list[int]] = {}
 
     def encode(self, row: PromptRow) -> list[int]:
@@ -80,7 +83,7 @@ class SingleTurnLoop:
     def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
         """``n`` samples for each row, scored by each row's environment."""
         from skyrl_engine.protocol import to_sample_batch
-        from skyrl_engine.tasks import env_config_for, score_response
+        from skyrl_engine.tasks import score_response
 
         expanded = [row for row in rows for _ in range(n)]
         prompt_ids = [self.encode(row) for row in rows]
@@ -88,10 +91,8 @@ class SingleTurnLoop:
         samples = to_sample_batch(completions, prompt_ids, self.tokenizer.pad_token_id)
         responses = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in completions.response_ids]
         rewards, env_metrics = [], []
-        # one settings object per env class for the batch (OmegaConf.create per sample was 15% of a tiny step)
-        settings = {cls: env_config_for(cls, self.env_configs) for cls in {row.env_class for row in rows}}
         for row, response in zip(expanded, responses, strict=True):
-            reward, metrics = score_response(row, response, env_config=settings[row.env_class])
+            reward, metrics = score_response(row, response, env_config=self.env_settings(row.env_class))
             rewards.append(reward)
             env_metrics.append(metrics)
         prompt_texts = {}

@@ -89,7 +89,10 @@ class MultiTurnLoop:
         self.tokenizer = tokenizer
         self.backend = backend
         self.max_turns = int(max_turns)
+        from skyrl_engine.tasks import EnvSettings
+
         self.env_configs = env_configs or {}
+        self.env_settings = EnvSettings(self.env_configs)
         wanted = int(max_context_tokens or context_tokens(trained_positions))
         limit = backend.max_context_tokens  # e.g. a vLLM engine's max_model_len (None: no hard limit)
         self.max_context_tokens = min(wanted, int(limit)) if limit else wanted
@@ -118,7 +121,7 @@ class MultiTurnLoop:
         # search to 2); a row that does not say gets generator.max_turns, so the env's "turns left"
         # and the loop agree.
         extras = {"max_turns": self.max_turns, **(row.extras or {})}
-        env = make_env(row.env_class, extras, self.env_configs)
+        env = make_env(row.env_class, extras, env_config=self.env_settings(row.env_class))
         conversation, _ = env.init([dict(m) for m in row.prompt])
         return _Episode(env, encode_prompt(self.tokenizer, conversation))
 

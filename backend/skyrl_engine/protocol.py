@@ -104,19 +104,15 @@ def to_sample_batch(out: Completions, prompt_ids: Sequence[Sequence[int]], pad_i
     """
     import torch
 
-    from skyrl_engine.sampler import SampleBatch, left_pad
+    from skyrl_engine.sampler import SampleBatch, left_pad, pad_rows
 
     prompt_ids_BP, prompt_mask_BP = left_pad([list(prompt_ids[i]) for i in out.prompt_index], pad_id)
     B, T = len(out), max(1, max((len(r) for r in out.response_ids), default=1))
-    # Python lists, right-padded, then one tensor each (a tensor per row cost more than the rest here)
-    response_ids_BT = torch.tensor([list(ids) + [pad_id] * (T - len(ids)) for ids in out.response_ids],
-                                   dtype=torch.long).reshape(B, T)
-    response_mask_BT = torch.tensor([[1] * len(ids) + [0] * (T - len(ids)) for ids in out.response_ids],
-                                    dtype=torch.long).reshape(B, T)
     if len(out.logprobs) != B:
         raise ValueError(f"completions: {B} responses but {len(out.logprobs)} log-prob lists")
-    logprobs_BT = torch.tensor([list(lps) + [0.0] * (T - len(lps)) for lps in out.logprobs],
-                               dtype=torch.float32).reshape(B, T)
+    response_ids_BT = pad_rows(out.response_ids, T, pad_id, torch.long)
+    response_mask_BT = pad_rows([[1] * len(ids) for ids in out.response_ids], T, 0, torch.long)
+    logprobs_BT = pad_rows(out.logprobs, T, 0.0, torch.float32)
     return SampleBatch(
         prompt_ids_BP=prompt_ids_BP,
         prompt_mask_BP=prompt_mask_BP,

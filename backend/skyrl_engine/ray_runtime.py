@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import sys
 from typing import Any
 
 JOB_ENV_VARS = ("RAY_JOB_SUBMISSION_ID", "RAY_JOB_ID")
@@ -117,8 +118,6 @@ def register_tensor_transport() -> None:
     as it starts (:func:`skyrl_engine.policy.prepare_worker`). The receiving side needs nothing: each payload
     names :func:`tensor_from_wire`.
     """
-    import sys
-
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():
         return

@@ -50,15 +50,24 @@ class SampleBatch:
         return self.response_mask_BT.sum(-1)
 
 
+def pad_rows(rows: Sequence[Sequence[Any]], width: int, fill: Any, dtype: Any, *, left: bool = False) -> torch.Tensor:
+    """``[len(rows), width]``: each row padded with ``fill`` (on the left with ``left``), as one tensor.
+
+    The rows are padded as Python lists and converted once: a tensor per row was most of the padding's time.
+    """
+    import torch
+
+    padded = [[fill] * (width - len(r)) + list(r) if left else list(r) + [fill] * (width - len(r)) for r in rows]
+    return torch.tensor(padded, dtype=dtype).reshape(len(rows), width)
+
+
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(ids_BP, mask_BP)``: prompts left-padded to the longest one."""
     import torch
 
     width = max(len(p) for p in prompts)
-    # built as Python lists and converted once: a tensor per row was most of this function's time
-    ids_BP = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long)
-    mask_BP = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
-    return ids_BP.reshape(len(prompts), width), mask_BP.reshape(len(prompts), width)
+    return (pad_rows(prompts, width, pad_id, torch.long, left=True),
+            pad_rows([[1] * len(p) for p in prompts], width, 0, torch.long, left=True))
 
 
 def position_ids_from_mask(mask_BL: torch.Tensor) -> torch.Tensor:
