@@ -295,6 +295,8 @@ class TrainerConfig(_Section):
     eval_before_train: bool = True
     eval_batch_size: int = Field(1024, ge=1)
     num_threads: int = Field(0, ge=0)
+    # skyrl-nb's: the trainer's passes run each distinct prompt of a micro-batch once (docs/config.md)
+    share_prompt_prefix: bool = True
     # SkyRL's key and names; skyrl-nb's default is console (SkyRL's, wandb, needs an account). The engine's
     # trackers: skyrl_engine/tracking.py (MLflow reads MLFLOW_TRACKING_URI, a SageMaker MLflow ARN included)
     logger: Logger | list[Logger] = Logger.CONSOLE

@@ -96,6 +96,8 @@ DEFAULT_DIFFERENCES: tuple[DefaultDifference, ...] = (
 # skyrl-nb keys SkyRL has no counterpart for, whose value does not change what is trained: key -> why
 _NOT_SENT = {
     "trainer.num_threads": "torch CPU threads per process; SkyRL's workers run on GPUs",
+    "trainer.share_prompt_prefix": "how skyrl-nb's trainer computes its forward passes (the same values to float "
+                                   "rounding); SkyRL's packs samples its own way",
     "run.run_root": "the bridge's --run-dir (<run_root>/<run_id>)",
     "run.run_id": "the bridge's --run-dir; also SkyRL's trainer.run_name",
     "run.store_token_data": "the bridge's --no-token-data when false",

@@ -161,7 +161,8 @@ class GeneratorWorker:
             from skyrl_engine.models import load_model
             from skyrl_engine.sampler import TorchSampler
 
-            self.backend = TorchSampler(load_model(model_path), pad_id=self.tokenizer.pad_token_id)
+            self.backend = TorchSampler(load_model(model_path), pad_id=self.tokenizer.pad_token_id,
+                                        share_prefill=generator.inference_engine.enable_prefix_caching)
         self.version = 0
         if generator.max_turns > 1:
             from skyrl_engine.multiturn import MultiTurnLoop

@@ -75,29 +75,52 @@ def set_torch_threads(num_threads: int) -> int:
     return num_threads
 
 
-def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy: bool = False):
+def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy: bool = False,
+                      share_prompt: bool = True):
     """``(logprobs_BT, logits_BTV)`` of the response tokens under ``softmax(logits / temperature)``.
 
-    Same layout and positions as the sampler, so on-policy log-probs match the rollout's.
+    Same layout and positions as the sampler, so on-policy log-probs match the rollout's. Only the positions
+    that predict a response token go through the output layer. ``share_prompt``: rows with the same prompt
+    (a group's n samples) run it through the model once and their responses continue from copies of its KV
+    cache, with gradients flowing back into the shared prompt pass; the values are those of the full
+    per-row pass to float rounding (``trainer.share_prompt_prefix``).
     """
     import torch
 
-    from skyrl_engine.sampler import position_ids_from_mask
-
-    P = batch.num_prompt_tokens
-    out = model(
-        input_ids=batch.sequences_BL,
-        attention_mask=batch.attention_mask_BL,
-        position_ids=position_ids_from_mask(batch.attention_mask_BL),
-        use_cache=False,
-    )
-    logits_BTV = out.logits[:, P - 1 : -1, :].float()
+    logits_BTV = response_logits(model, batch, share_prompt).float()
     if temperature > 0 and temperature != 1.0:
         logits_BTV = logits_BTV / temperature
     logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
-    targets_BT = batch.sequences_BL[:, P:]
+    targets_BT = batch.sequences_BL[:, batch.num_prompt_tokens:]
     logprobs_BT = logp_BTV.gather(-1, targets_BT[..., None])[..., 0]
     return logprobs_BT, (logits_BTV if with_entropy else None)
+
+
+def response_logits(model, batch: TrainBatch, share_prompt: bool = True):
+    """``logits_BTV``: the model's logits at positions ``P-1 .. L-2``, each predicting the response token after it
+    (see :func:`response_logprobs`)."""
+    import torch
+    from transformers import DynamicCache
+
+    from skyrl_engine.sampler import distinct_rows, position_ids_from_mask
+
+    P = batch.num_prompt_tokens
+    T = batch.sequences_BL.shape[1] - P
+    ids_BL, mask_BL = batch.sequences_BL, batch.attention_mask_BL
+    pos_BL = position_ids_from_mask(mask_BL)
+    first_U, inverse_B = (distinct_rows(torch.cat([ids_BL[:, :P], mask_BL[:, :P]], dim=-1).tolist())
+                          if share_prompt else (None, None))
+    if first_U is None:
+        out = model(input_ids=ids_BL, attention_mask=mask_BL, position_ids=pos_BL, use_cache=False,
+                    logits_to_keep=T + 1)
+        return out.logits[:, :-1, :]
+    cache = DynamicCache()
+    head = model(input_ids=ids_BL[first_U, :P], attention_mask=mask_BL[first_U, :P], position_ids=pos_BL[first_U, :P],
+                 cache=cache, use_cache=True, logits_to_keep=1)
+    cache.reorder_cache(inverse_B)  # index_select: each row's gradient flows back to its prompt's pass
+    tail = model(input_ids=ids_BL[:, P:], attention_mask=mask_BL, position_ids=pos_BL[:, P:], cache=cache,
+                 use_cache=True)
+    return torch.cat([head.logits[inverse_B], tail.logits[:, :-1, :]], dim=1)
 
 
 def prepare_worker(num_threads: int, plugins: list[str] | tuple[str, ...] = ()) -> int:
@@ -158,6 +181,7 @@ class ReferenceWorker:
 
         self.num_threads = prepare_worker(num_threads, plugins)
         self.micro_rows = forward_rows(trainer)
+        self.share_prompt = trainer.share_prompt_prefix
         self.temperature = float(temperature) or 1.0
         self.model = load_model(model_path)
         self.model.requires_grad_(False)
@@ -165,7 +189,8 @@ class ReferenceWorker:
     def logprobs(self, batch: TrainBatch) -> Any:
         """``ref_logprobs_BT`` of the batch's response tokens."""
         return forward_no_grad(self.model, batch, self.micro_rows,
-                               lambda model, micro: response_logprobs(model, micro, self.temperature)[0])
+                               lambda model, micro: response_logprobs(model, micro, self.temperature,
+                                                                      share_prompt=self.share_prompt)[0])
 
     def ping(self) -> int:
         """The torch thread count (also proves the actor is up)."""
@@ -251,7 +276,8 @@ class PolicyWorker(TrainableWorker):
                     lo, hi = mini_start + micro_start, mini_start + min(micro_start + micro_rows, last)
                     micro = batch.rows(lo, hi)
                     mask_BT = micro.response_mask_BT.float()
-                    logprobs_BT, logits_BTV = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
+                    logprobs_BT, logits_BTV = response_logprobs(self.model, micro, self.temperature, with_entropy=True,
+                                                                   share_prompt=t.share_prompt_prefix)
                     if epoch == 0 and mini_start == 0:
                         # Before this batch's first optimizer step the weights are the ones the
                         # generator was synced with (one step older in async runs): how far the
@@ -302,7 +328,8 @@ class PolicyWorker(TrainableWorker):
 
     def _forward_no_grad(self, model, batch: TrainBatch):
         return self.forward_rows_no_grad(batch, forward_rows(self.trainer),
-                                         lambda model, micro: response_logprobs(model, micro, self.temperature)[0])
+                                         lambda model, micro: response_logprobs(
+                                             model, micro, self.temperature, share_prompt=self.trainer.share_prompt_prefix)[0])
 
     # -- weights and state --------------------------------------------------------------------
     def get_weights(self, adapter_only: bool = False) -> Any:

@@ -70,6 +70,22 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
             pad_rows([[1] * len(p) for p in prompts], width, 0, torch.long, left=True))
 
 
+def distinct_rows(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+    """``(first_U, inverse_B)`` when some of ``rows`` repeat (a group's n samples share their prompt): the first
+    row of each distinct value, and for every row the position of its value in ``first_U``. ``(None, None)``
+    when every row is distinct: nothing to share."""
+    import torch
+
+    seen: dict[tuple[int, ...], int] = {}
+    inverse = [seen.setdefault(tuple(row), len(seen)) for row in rows]
+    if len(seen) == len(inverse):
+        return None, None
+    first = [0] * len(seen)
+    for b in range(len(inverse) - 1, -1, -1):
+        first[inverse[b]] = b
+    return torch.tensor(first), torch.tensor(inverse)
+
+
 def position_ids_from_mask(mask_BL: torch.Tensor) -> torch.Tensor:
     """0-based positions counting only real tokens (padding gets 0)."""
     return (mask_BL.cumsum(-1) - 1).clamp(min=0)
@@ -119,11 +135,14 @@ def sample(
     eos_id: int,
     pad_id: int,
     generator: torch.Generator | None = None,
+    share_prefill: bool = True,
 ) -> SampleBatch:
     """Sample one completion per prompt (repeat prompts for a group), with a KV cache.
 
     Stops a row at ``eos_id`` (kept in the response, finish_reason ``stop``) or after
     ``params.max_generate_length`` tokens (``length``). ``generator`` makes it reproducible.
+    ``share_prefill``: rows with the same prompt run it through the model once, and the rows that share it
+    start from copies of its KV cache (a group of n costs one prefill, not n).
     """
     import torch
     from transformers import DynamicCache
@@ -134,20 +153,23 @@ def sample(
     tokens, logprobs = [], []
     alive_B = torch.ones(B, dtype=torch.bool)
     finish = ["length"] * B
+    first_U, inverse_B = distinct_rows(prompts) if share_prefill else (None, None)
     with torch.inference_mode():
         cache = DynamicCache()
         mask_BL = prompt_mask_BP
-        out = model(
-            input_ids=prompt_ids_BP,
-            attention_mask=mask_BL,
-            position_ids=position_ids_from_mask(mask_BL),
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        if first_U is None:
+            out = model(input_ids=prompt_ids_BP, attention_mask=mask_BL, position_ids=position_ids_from_mask(mask_BL),
+                        cache=cache, use_cache=True, logits_to_keep=1)
+            logits_BV = out.logits[:, -1, :]
+        else:  # each distinct prompt prefilled once; its cache and last logits copied to the rows that share it
+            out = model(input_ids=prompt_ids_BP[first_U], attention_mask=mask_BL[first_U],
+                        position_ids=position_ids_from_mask(mask_BL[first_U]), cache=cache, use_cache=True,
+                        logits_to_keep=1)
+            cache.reorder_cache(inverse_B)
+            logits_BV = out.logits[inverse_B, -1, :]
         next_pos_B = mask_BL.sum(-1)
         for t in range(T):
-            token_B, logprob_B = _draw(out.logits[:, -1, :], params, generator)
+            token_B, logprob_B = _draw(logits_BV, params, generator)
             token_B = torch.where(alive_B, token_B, torch.full_like(token_B, pad_id))
             logprob_B = torch.where(alive_B, logprob_B, torch.zeros_like(logprob_B))
             tokens.append(token_B)
@@ -168,6 +190,7 @@ def sample(
                 cache=cache,
                 use_cache=True,
             )
+            logits_BV = out.logits[:, -1, :]
             next_pos_B = next_pos_B + alive_B.long()
             alive_B = alive_next_B
     response_ids_BT = torch.stack(tokens, dim=1)
@@ -200,8 +223,9 @@ class TorchSampler:
     ...                  stop_token_ids=[tok.eos_token_id])                          # doctest: +SKIP
     """
 
-    def __init__(self, model: Any, pad_id: int) -> None:
+    def __init__(self, model: Any, pad_id: int, share_prefill: bool = True) -> None:
         self.model = model
+        self.share_prefill = share_prefill  # generator.inference_engine.enable_prefix_caching: see sample()
         self.model.requires_grad_(False)
         self.pad_id = pad_id
         self.version = 0
@@ -220,7 +244,7 @@ class TorchSampler:
         t0 = time.perf_counter()
         batch = sample(self.model, [list(ids) for ids in prompt_ids for _ in range(n)], params,
                        eos_id=int(stop_token_ids[0]), pad_id=self.pad_id,
-                       generator=torch.Generator().manual_seed(seed))
+                       generator=torch.Generator().manual_seed(seed), share_prefill=self.share_prefill)
         lengths = batch.response_lengths_B.tolist()
         return Completions(
             prompt_index=[b // n for b in range(len(lengths))],

@@ -127,3 +127,60 @@ def test_sampler_is_reproducible_and_stops_at_eos(tiny_model_dir):
 
     forced = sample(AlwaysEos(), prompts, params, tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(0))
     assert forced.finish_reasons == ["stop"] * 16 and forced.response_mask_BT.sum(-1).tolist() == [1] * 16
+
+
+def test_a_shared_prefill_samples_what_a_prefill_per_row_samples(tiny_model_dir):
+    """A group's rows share one prefill of their prompt (``generator.inference_engine.enable_prefix_caching``):
+    the same tokens and log-probs as prefilling every row, repeats in any order, one prompt left-padded."""
+    torch.set_num_threads(1)
+    model, tok = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    a, b, c = (encode_prompt(tok, [{"role": "user", "content": q}]) for q in ("1+2", "a much longer prompt", "9+9"))
+    prompts = [a, a, b, a, c, b, b, c]
+    params = SamplingParams(max_generate_length=10, temperature=1.0)
+    got = [sample(model, prompts, params, tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(4),
+                  share_prefill=share) for share in (True, False)]
+    assert torch.equal(got[0].response_ids_BT, got[1].response_ids_BT)
+    assert got[0].finish_reasons == got[1].finish_reasons
+    assert torch.allclose(got[0].logprobs_BT, got[1].logprobs_BT, atol=1e-6, rtol=0)
+    assert len({tuple(r) for r in got[0].response_ids_BT[:2].tolist()}) == 2  # a group's rows still differ
+
+
+@pytest.mark.parametrize("adapter", [False, True], ids=["full", "lora"])
+def test_a_shared_prompt_pass_trains_as_a_pass_per_row(tiny_model_dir, adapter):
+    """``trainer.share_prompt_prefix``: each distinct prompt of a micro-batch goes through the model once and its
+    rows' responses continue from copies of its KV cache. Log-probs, and the gradients of a loss on them (which
+    flow back into the shared prompt pass), equal the per-row pass's to float rounding, LoRA (PEFT) included."""
+    from skyrl_core.config import load_config
+    from skyrl_engine import lora
+
+    torch.set_num_threads(1)
+    tok = load_tokenizer(tiny_model_dir)
+    model = load_model(tiny_model_dir)
+    if adapter:
+        model = lora.wrap(model, load_config("quickstart", ["trainer.policy.model.lora.rank=4"]).trainer.policy.model.lora, 0)
+        for name, p in model.named_parameters():  # B starts at zero: move it, so the adapter takes part
+            if "lora_B" in name:
+                p.data.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
+    model.train()
+    a, b = (encode_prompt(tok, [{"role": "user", "content": q}]) for q in ("12+30", "a longer prompt than that"))
+    samples = sample(model, [a, a, a, b, b, b], SamplingParams(max_generate_length=9, temperature=1.0),
+                     tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(2))
+    batch = _sampled_batch(samples)
+    mask = samples.response_mask_BT.float()
+    weights = torch.linspace(-1.0, 2.0, mask.numel()).reshape(mask.shape)  # a loss that weighs every token apart
+    results = []
+    for share in (True, False):
+        model.zero_grad(set_to_none=True)
+        logprobs_BT, logits_BTV = response_logprobs(model, batch, 0.7, with_entropy=True, share_prompt=share)
+        ((logprobs_BT * weights * mask).sum() + logits_BTV.logsumexp(-1).mul(mask).mean()).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logprobs_BT.detach(), grads))
+    (shared, shared_grads), (full, full_grads) = results
+    assert torch.allclose(shared * mask, full * mask, atol=1e-5, rtol=0)
+    assert shared_grads.keys() == full_grads.keys() and shared_grads
+    if adapter:
+        assert all("lora_" in n for n in shared_grads)  # the base is frozen
+    else:
+        assert any("embed_tokens" in n for n in shared_grads)  # the prompt pass's gradient reached the embedding
+    for name, g in full_grads.items():
+        assert torch.allclose(shared_grads[name], g, atol=1e-5 * (1 + float(g.abs().max())), rtol=1e-4), name

@@ -116,8 +116,8 @@ def test_search_episode_queries_the_retriever_and_stores_its_answer(tiny_model_d
     real_sample = sampler_module.sample
     script = ["<search>capital of France</search>", "<answer>Paris</answer>"]
 
-    def scripted(model, prompts, params, eos_id, pad_id, generator=None):
-        out = real_sample(model, prompts, params, eos_id, pad_id, generator)
+    def scripted(model, prompts, params, eos_id, pad_id, generator=None, **kwargs):
+        out = real_sample(model, prompts, params, eos_id, pad_id, generator, **kwargs)
         turn = sum(1 for t in prompts[0] if t == worker.tokenizer.convert_tokens_to_ids("<|assistant|>")) - 1
         ids = worker.tokenizer.encode(script[turn], add_special_tokens=False) + [eos_id]
         B = len(prompts)
