@@ -30,6 +30,7 @@ object and a trajectory part that is not Parquet are skipped; each is reported o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import json
@@ -37,7 +38,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,8 +263,8 @@ def _clean_number(value: Any) -> Any:
 SEGMENT_BYTES = 256 * 1024
 _SEGMENT_RE = re.compile(r"^(metrics|events)\.(\d{4,})-(\d{6,})\.jsonl$")
 #: How long (s) the listing of an object-store run folder that ``poll()`` made answers the
-#: ``poll_events()`` and ``status()`` calls after it: one refresh of a dashboard (poll, poll_events,
-#: status) costs one LIST, not three. ``poll()`` itself always lists anew.
+#: ``poll_events()`` and ``status()`` calls after it. ``poll()`` itself always lists anew. A dashboard's
+#: refresh holds one listing however long its reads take (``RunReader.one_listing``).
 LISTING_TTL_S = 0.2
 
 
@@ -642,6 +643,7 @@ class RunReader:
         #: one line per damaged file or line skipped so far (``status.json is not JSON; ...``)
         self.warnings: list[str] = []
         self._listed: tuple[float, dict[str, Entry]] | None = None
+        self._pinned_since: float | None = None
         self._status_bytes: tuple[str, bytes] | None = None
         self._metrics_tail = self._tail("metrics")
         self._events_tail = self._tail("events")
@@ -654,11 +656,30 @@ class RunReader:
         return _SegmentTail(self.store, stem, listing, self._warn, need_step=need_step)
 
     def _listing(self, fresh: bool = False) -> dict[str, Entry]:
-        """The run folder's files (object stores): one LIST, reused for ``LISTING_TTL_S``."""
+        """The run folder's files (object stores): one LIST, reused for ``LISTING_TTL_S``, or for the
+        whole of a ``one_listing`` block once one was made inside it."""
         now = time.monotonic()
-        if fresh or self._listed is None or now - self._listed[0] > LISTING_TTL_S:
+        pinned = self._pinned_since is not None and self._listed is not None and self._listed[0] >= self._pinned_since
+        if not pinned and (fresh or self._listed is None or now - self._listed[0] > LISTING_TTL_S):
             self._listed = (now, self.store.list())
         return self._listed[1]
+
+    @contextlib.contextmanager
+    def one_listing(self) -> Iterator[RunReader]:
+        """Every read inside the block sees the run folder as one LIST made inside it saw it (object
+        stores; a local folder is read as it is): a dashboard's refresh (poll, poll_events, status) costs
+        one LIST on a loaded machine too, where its reads outlast ``LISTING_TTL_S``.
+
+        >>> with reader.one_listing():      # doctest: +SKIP
+        ...     rows, events, status = reader.poll(), reader.poll_events(), reader.status()
+        """
+        outer = self._pinned_since
+        if outer is None:
+            self._pinned_since = time.monotonic()
+        try:
+            yield self
+        finally:
+            self._pinned_since = outer
 
     def _read(self, name: str) -> bytes:
         """A top-level file's bytes; on an object store status.json is fetched only when its ETag changed."""

@@ -196,10 +196,12 @@ class Dashboard:
     def refresh(self) -> int:
         """Read what is new in the run store (and the job's state); returns the new metric rows."""
         with self._lock:
-            rows = self.reader.poll()
+            with self.reader.one_listing():  # one LIST for the three reads, however long they take
+                rows = self.reader.poll()
+                events = self.reader.poll_events()
+                status = self.reader.status()
             self.series.add_rows(rows)
-            self.series.add_events(self.reader.poll_events())
-            status = self.reader.status()
+            self.series.add_events(events)
             self.state = LOST if status.get("lost") else str(status.get("state", RunState.PENDING))
             owned = self.job is None or self._owned(status)
             if self.state in FINAL_STATES and not owned:

@@ -131,6 +131,31 @@ def test_dashboard_following_1000_steps_costs_a_few_requests(s3: Any) -> None:
     assert result["refresh_ms_median"] < 200, result
 
 
+def test_a_refresh_lists_once_however_long_its_reads_take(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dashboard refresh (poll, poll_events, status) makes one LIST even where its reads outlast the
+    listing's time to live (a loaded machine: the 1,000-step open above re-listed there); outside a refresh
+    the time to live still holds."""
+    from skyrl_nb.dashboard import Dashboard
+
+    run_dir = f"{_root(s3)}/slow"
+    writer = RunWriter(run_dir)
+    writer.set_status("running", step=0, total_steps=10)
+    writer.log_event("started", step=0)
+    _write_steps(writer, 1, 3)
+    monkeypatch.setattr(runs, "LISTING_TTL_S", 0.0)  # every read outlasts it
+    dash = Dashboard(run_dir, static=True)
+    lists = []
+    real_list = dash.reader.store.list
+    monkeypatch.setattr(dash.reader.store, "list", lambda *a, **k: lists.append(1) or real_list(*a, **k))
+    dash.refresh()
+    assert dash.points == 3 and dash.step == 3 and len(lists) == 1
+    _write_steps(writer, 4, 4)
+    dash.refresh()
+    assert dash.points == 4 and dash.step == 4 and len(lists) == 2
+    dash.reader.status()  # outside a refresh, no listing is held past its time to live
+    assert len(lists) == 3
+
+
 @pytest.mark.parametrize(("value", "expected"), [
     ("s3://bucket/prefix", None),
     ("s3://", "names no bucket"),
