@@ -12,7 +12,7 @@ score before training and at the end, seconds per step (and its generate / train
 tokens per second, bytes per weight sync, the job's peak resident memory (its ``ru_maxrss``), and the load
 average around it.
 
-    .venv/bin/python bench/real_model.py --steps 40 --out bench/results/real_model.json
+    .venv/bin/python bench/real_model.py --steps 60 --out bench/results/real_model.json
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def run_arm(arm: str, steps: int, run_root: str, overrides: list[str], full_lr: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each arm, alternating")
     parser.add_argument("--arms", default="lora,full")
     parser.add_argument("--full-lr", type=float, default=1e-5)
@@ -82,18 +82,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     arms = args.arms.split(",")
     run_root = tempfile.mkdtemp(prefix="skyrl-bench-real-")
-    runs = []
+    runs: list[dict] = []
+    result: dict = {}
     for _ in range(args.repeats):
         for arm in arms:
             runs.append(run_arm(arm, args.steps, run_root, args.overrides, args.full_lr))
             print(json.dumps({k: v for k, v in runs[-1].items() if k != "rewards"}), flush=True)
-    result = {"bench": "real_model", "model": "builtin://smollm2-135m-instruct", "preset": "smollm2",
-              "steps": args.steps, "window": WINDOW, "cpus": os.cpu_count(), "runs": runs,
-              "goal": "reward_last10 - reward_first10 >= 0.15 with either arm",
-              "goal_met": {arm: any(r["reward_gain"] >= 0.15 for r in runs if r["arm"] == arm) for arm in arms}}
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+            # written after every arm: an hour-long bench that is stopped keeps the arms it finished
+            result = {"bench": "real_model", "model": "builtin://smollm2-135m-instruct", "preset": "smollm2",
+                      "steps": args.steps, "window": WINDOW, "cpus": os.cpu_count(), "runs": runs,
+                      "goal": "reward_last10 - reward_first10 >= 0.15 with either arm",
+                      "goal_met": {a: any(r["reward_gain"] >= 0.15 for r in runs if r["arm"] == a)
+                                   for a in {r["arm"] for r in runs}},
+                      "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            if args.out:
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["goal_met"]))
     return 0
 
