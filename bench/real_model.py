@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                       "steps": args.steps, "window": WINDOW, "cpus": os.cpu_count(), "runs": runs,
                       "goal": "reward_last10 - reward_first10 >= 0.15 with either arm",
                       "goal_met": {a: any(r["reward_gain"] >= 0.15 for r in runs if r["arm"] == a)
-                                   for a in {r["arm"] for r in runs}},
+                                   for a in dict.fromkeys(r["arm"] for r in runs)},
                       "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
             if args.out:
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
