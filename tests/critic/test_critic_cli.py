@@ -1,7 +1,7 @@
 """``python -m skyrl_engine train ... advantage_estimator=gae`` (slow): critic metrics and checkpoint,
 and a kill -9 + resume that ends bit-identical to an uninterrupted run, critic included. Colocated on
 CPU, so all in the job's process; the critic as a Ray actor runs in
-tests/engine/test_cli.py::test_end_to_end_run_on_ray.
+tests/async/test_cli_placements.py::test_disaggregated_one_step_async_with_a_critic_through_the_cli.
 
 This is the engine's kill -9 test: gae's checkpoint is the policy's (weights, optimizer, scheduler,
 RNG, data position) plus the critic's, so one run covers both."""
@@ -9,6 +9,8 @@ RNG, data position) plus the critic's, so one run covers both."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -34,14 +36,20 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_gae_writes_critic_metrics_and_resumes_exactly_after_kill_9(tmp_path, tiny_model_dir):
-    finish(_cli(tmp_path, "straight", tiny_model_dir))
+    # the uninterrupted run and the one to kill share nothing: they run side by side (one thread each)
+    straight_proc = _cli(tmp_path, "straight", tiny_model_dir)
+    try:
+        kill_after_checkpoint(_cli(tmp_path, "killed", tiny_model_dir), tmp_path / "killed", 3)
+    except BaseException:
+        os.killpg(straight_proc.pid, signal.SIGKILL)
+        raise
+    finish(straight_proc)
     straight = tmp_path / "straight"
     rows = _metrics(straight)
     assert [r["step"] for r in rows] == list(range(1, 9))
     for key in ("critic/critic_loss", "critic/values_mean", "critic/values_clipfrac", "critic/grad_norm"):
         assert all(key in r for r in rows), key
 
-    kill_after_checkpoint(_cli(tmp_path, "killed", tiny_model_dir), tmp_path / "killed", 3)
     assert max(r["step"] for r in _metrics(tmp_path / "killed")) < 8
 
     finish(_cli(tmp_path, "killed", tiny_model_dir, "trainer.resume_mode=latest"))

@@ -1,23 +1,12 @@
-"""The command line: validate exit codes, and (slow) real Ray runs: end to end, kill -9 + resume."""
+"""The command line: validate exit codes and plug-in environments. Real runs through it: tests/async/test_cli_placements.py
+(disaggregated with a critic, one-step async), tests/critic/test_critic_cli.py (kill -9 + resume)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import pytest
-from engine_runs import finish, start_train
-
 from skyrl_engine.__main__ import main
-
-SMALL = [
-    "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4", "trainer.micro_train_batch_size_per_gpu=16",
-    "generator.n_samples_per_prompt=4", "generator.sampling_params.max_generate_length=4",
-    "generator.eval_sampling_params.max_generate_length=4",
-    "trainer.eval_interval=0", "trainer.eval_before_train=false", "trainer.num_threads=1",
-    "trainer.policy.optimizer_config.lr=1e-3",
-]
 
 
 def test_validate_exit_codes(capsys, tmp_path):
@@ -41,33 +30,6 @@ def test_train_refuses_a_bad_config_before_starting_anything(capsys, tmp_path):
     assert code == 2
     assert "trainer.policy_mini_batch_size" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
-
-
-def _cli(run_root: Path, run_id: str, model: str, *extra: str):
-    return start_train(run_root, run_id, model, *SMALL, *extra)
-
-
-def _steps(run_dir: Path) -> list[int]:
-    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.mark.slow
-def test_end_to_end_run_on_ray(tmp_path, tiny_model_dir):
-    finish(_cli(tmp_path, "e2e", tiny_model_dir, "trainer.max_training_steps=3", "trainer.eval_interval=3",
-                 "trainer.placement.colocate_all=false",  # generator, trainer and critic as Ray actors
-                 "trainer.algorithm.advantage_estimator=gae", "trainer.critic_mini_batch_size=4",
-                 "trainer.eval_batch_size=16", "data.val_data=[builtin://arithmetic/test]"))
-    run = tmp_path / "e2e"
-    assert _steps(run) == [1, 2, 3]
-    status = json.loads((run / "status.json").read_text())
-    assert status["state"] == "succeeded" and status["step"] == 3 and status["total_steps"] == 3
-    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
-    assert "eval/all/avg_score" in last and last["timing/sync_weights"] > 0
-    assert last["timing/critic_train"] > 0 and "critic/critic_loss" in last  # the critic actor trained
-    assert (run / "checkpoints" / "latest_ckpt_global_step.txt").read_text() == "3"
-    # the generator and trainer ran as Ray actors, not in the in-process fallback
-    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
-    assert not [e for e in events if "local Ray did not start" in e.get("message", "")], events
 
 
 def test_validate_lists_every_registered_environment_for_an_unknown_one(capsys, monkeypatch):

@@ -20,10 +20,13 @@ import pytest
 from engine_runs import distinct_prompts
 
 STEPS = 2
+# the job trains on two threads (2 cores here; this process only waits meanwhile); after it, the fresh interpreter that
+# reloads the export and this process's greedy decoding run side by side, one thread each
+THREADS = 2
 SMALL = [f"trainer.max_training_steps={STEPS}", "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
          "generator.n_samples_per_prompt=2", "trainer.micro_train_batch_size_per_gpu=8",
          "generator.sampling_params.max_generate_length=24", "trainer.eval_before_train=false",
-         "trainer.eval_interval=0", f"trainer.ckpt_interval={STEPS}", "trainer.num_threads=1",
+         "trainer.eval_interval=0", f"trainer.ckpt_interval={STEPS}", f"trainer.num_threads={THREADS}",
          # 8 samples of this model may all score 0 (no advantage, no gradient): the entropy term still moves it
          "trainer.algorithm.use_entropy_loss=true"]
 NEW_TOKENS = 16
@@ -33,8 +36,8 @@ import json, sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-dest, prompts, new_tokens = json.loads(sys.argv[1])
-torch.set_num_threads(1)
+dest, prompts, new_tokens, threads = json.loads(sys.argv[1])
+torch.set_num_threads(threads)
 model = AutoModelForCausalLM.from_pretrained(dest).eval()
 tokenizer = AutoTokenizer.from_pretrained(dest)
 generated = []
@@ -106,18 +109,26 @@ def test_smollm2_with_lora_through_launch_exports_a_model_plain_transformers_ser
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= set(result.files)
 
     prompts = distinct_prompts("builtin://word_problems/test", 5)
-    done = subprocess.run([sys.executable, "-c", RELOAD, json.dumps([str(dest), prompts, NEW_TOKENS])],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["leaked"] == [] and got["class"] == "LlamaForCausalLM" and got["eos"] == 2
-
+    reload = subprocess.Popen([sys.executable, "-c", RELOAD, json.dumps([str(dest), prompts, NEW_TOKENS, 1])],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    tokenizer = load_tokenizer(str(policy))
-    generator_side = _greedy(load_model(str(policy)), tokenizer, prompts)  # what the engine samples with
-    trainer_side = lora.wrap(load_model(smollm2_dir), load_config(job.run.config()).trainer.policy.model.lora, 0)
-    lora.install_adapter(trainer_side, adapter, str(policy))
-    trainer_side.eval()
+    try:
+        tokenizer = load_tokenizer(str(policy))
+        generator_side = _greedy(load_model(str(policy)), tokenizer, prompts)  # what the engine samples with
+        trainer_side = lora.wrap(load_model(smollm2_dir), load_config(job.run.config()).trainer.policy.model.lora, 0)
+        lora.install_adapter(trainer_side, adapter, str(policy))
+        trainer_side.eval()
+        trainer_greedy = _greedy(trainer_side, tokenizer, prompts)
+        out, err = reload.communicate(timeout=300)
+    finally:
+        torch.set_num_threads(threads)  # the tests after this one in this process keep theirs
+        if reload.poll() is None:
+            reload.kill()
+            reload.wait()
+    assert reload.returncode == 0, err[-3000:]
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["leaked"] == [] and got["class"] == "LlamaForCausalLM" and got["eos"] == 2
     assert got["generated"] == generator_side
-    assert _greedy(trainer_side, tokenizer, prompts) == generator_side
+    assert trainer_greedy == generator_side
     assert any(len(g) > 3 for g in got["generated"])  # it answered something, not just EOS
