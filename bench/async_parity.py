@@ -27,13 +27,16 @@ from train_job import private_ray_env, train_job
 GOAL = 0.03
 
 
-def run_arm(estimator: str, mode: str, run_root: str, extra: list[str]) -> dict:
+def run_arm(estimator: str, mode: str, run_root: str, extra: list[str], seed: int | None = None) -> dict:
     overrides = ["trainer.num_threads=1", "trainer.placement.colocate_all=false",
                  f"trainer.algorithm.advantage_estimator={estimator}"]
+    if seed is not None:
+        overrides.append(f"trainer.seed={seed}")
     if mode == "async":
         overrides += ["trainer.async_one_step=true", *extra]
-    job = train_job("quickstart", run_root, f"{estimator}-{mode}", overrides, env=private_ray_env())
-    return {"estimator": estimator, "mode": mode, "overrides": overrides, **job.learning(),
+    run_id = f"{estimator}-{mode}" + ("" if seed is None else f"-seed{seed}")
+    job = train_job("quickstart", run_root, run_id, overrides, env=private_ray_env())
+    return {"estimator": estimator, "mode": mode, "seed": seed, "overrides": overrides, **job.learning(),
             "staleness_max": max(r.get("async/staleness_max", 0.0) for r in job.reader.metrics())}
 
 
@@ -42,22 +45,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--estimators", default="grpo,gae")
     parser.add_argument("--modes", default="sync,async")
     parser.add_argument("--extra", nargs="*", default=[], help="overrides for the async arm only (experiments)")
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated trainer.seed values: every arm once per seed (default: the preset's seed)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
     run_root = tempfile.mkdtemp(prefix="skyrl-bench-async-parity-")
     runs = []
+    for seed in seeds:
+        for estimator in args.estimators.split(","):
+            for mode in args.modes.split(","):
+                runs.append(run_arm(estimator, mode, run_root, args.extra, seed))
+                print(json.dumps(runs[-1]), flush=True)
+                if args.out:  # every finished arm is kept, whatever stops the rest
+                    Path(args.out).write_text(json.dumps({"bench": "async_parity", "partial": True, "runs": runs},
+                                                         indent=1) + "\n")
+    verdict: dict[str, dict] = {}
     for estimator in args.estimators.split(","):
-        for mode in args.modes.split(","):
-            runs.append(run_arm(estimator, mode, run_root, args.extra))
-            print(json.dumps(runs[-1]), flush=True)
-    verdict = {}
-    for estimator in args.estimators.split(","):
-        by_mode = {r["mode"]: r["reward_gain"] for r in runs if r["estimator"] == estimator}
-        if {"sync", "async"} <= by_mode.keys():
-            gap = round(by_mode["sync"] - by_mode["async"], 4)
-            verdict[estimator] = {"sync_gain": by_mode["sync"], "async_gain": by_mode["async"],
-                                  "async_short_by": gap, "within_goal": gap <= GOAL}
-    result = {"bench": "async_parity", "goal_within": GOAL, "async_extra": args.extra, "verdict": verdict,
+        for seed in seeds:
+            by_mode = {r["mode"]: r["reward_gain"] for r in runs if r["estimator"] == estimator and r["seed"] == seed}
+            if {"sync", "async"} <= by_mode.keys():
+                gap = round(by_mode["sync"] - by_mode["async"], 4)
+                key = estimator if seed is None else f"{estimator} seed {seed}"
+                verdict[key] = {"sync_gain": by_mode["sync"], "async_gain": by_mode["async"],
+                                "async_short_by": gap, "within_goal": gap <= GOAL}
+        per_seed = [v for k, v in verdict.items() if k.split()[0] == estimator]
+        if len(seeds) > 1 and len(per_seed) == len(seeds):
+            mean_gap = round(sum(v["async_short_by"] for v in per_seed) / len(per_seed), 4)
+            verdict[f"{estimator} mean over seeds"] = {"async_short_by": mean_gap, "within_goal": mean_gap <= GOAL}
+    result = {"bench": "async_parity", "goal_within": GOAL, "async_extra": args.extra, "seeds": seeds, "verdict": verdict,
               "runs": runs, "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
     print(json.dumps(verdict))
     if args.out:

@@ -6,8 +6,7 @@
 # Takes the lock VENV.lock for the rest of the calling script (two test sessions asking at once: the
 # second waits for the first build, then finds the stamp). Unless VENV/STAMP_NAME exists (a finished
 # build), removes what a half-finished build left, creates VENV with $PYTHON, runs BUILD_FUNCTION (which
-# installs into it, with "${PIP[@]}" when it likes), byte-compiles it, writes the stamp and prints the build time
-# to stderr.
+# installs into it, with "${PIP[@]}" when it likes), writes the stamp and prints the build time to stderr.
 cached_venv() {
   local venv=$1 stamp=$2 build=$3 start
   mkdir -p "$(dirname "${venv}")"
@@ -19,11 +18,6 @@ cached_venv() {
     "${PYTHON:-python3.11}" -m venv "${venv}"
     PIP=("${venv}/bin/python" -m pip install -q --disable-pip-version-check --no-compile)
     "${build}"
-    # Byte-compile the env now, while it is being built (in the background of `make test`): pip installs with
-    # --no-compile, so otherwise the first process that imports each module compiles it, on the critical path
-    # of whichever test starts the env first (the first vLLM-CPU job, the MLflow server, the oracle's driver).
-    # Files a package ships that do not compile (test data, other Python versions) are left alone.
-    "${venv}/bin/python" -m compileall -q -j 0 "${venv}/lib" >/dev/null 2>&1 || true
     touch "${venv}/${stamp}"
     echo "built ${venv} in $(( $(date +%s) - start )) s" >&2
   fi

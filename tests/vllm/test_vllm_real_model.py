@@ -9,6 +9,8 @@ the base model.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -44,15 +46,12 @@ def test_smollm2_in_vllm_samples_as_the_trainer_scores_before_and_after_a_lora_s
     tok = load_tokenizer(smollm2_dir)
     prompts = [encode_prompt(tok, row.prompt) for row in load_prompts(["builtin://word_problems/test"])[:4]]
     params, stop = SamplingParams(max_generate_length=24, temperature=0.7), [tok.eos_token_id]
-    gen = VLLMGenerator(smollm2_dir, python=vllm_python, dtype="float32", num_threads=1, seed=0, max_model_len=512)
+    # The engine comes up in its own process (tens of seconds); the trainer's side is made here meanwhile.
+    pool = ThreadPoolExecutor(1)
+    starting = pool.submit(VLLMGenerator, smollm2_dir, python=vllm_python, dtype="float32", num_threads=1, seed=0,
+                           max_model_len=512)
     try:
-        assert not gen.accepts_lora_adapter  # a LoRA policy sends it merged weights
         base = load_model(smollm2_dir)
-        out = gen.generate(prompts, 2, params, 0, stop_token_ids=stop)
-        gap, tokens = _trainer_gap(base, out, prompts, tok.pad_token_id, params.temperature)
-        print(f"base model: engine vs trainer log-probs, max |diff| over {tokens} tokens: {gap:.2e}")
-        assert tokens >= 40 and gap < logprob_atol
-
         # a LoRA policy after some training: B away from zero (it starts at zero, i.e. the base model)
         policy = lora.wrap(load_model(smollm2_dir), LoraConfig(rank=8, alpha=16), 0)
         noise = torch.Generator().manual_seed(0)
@@ -61,7 +60,16 @@ def test_smollm2_in_vllm_samples_as_the_trainer_scores_before_and_after_a_lora_s
                 if "lora_B" in name:
                     p.copy_(torch.randn(p.shape, generator=noise) * 0.02)
         policy.eval()
-        assert gen.update_weights(lora.merged_state_dict(policy), version=1) > 0
+        merged = lora.merged_state_dict(policy)
+
+        gen = starting.result()
+        assert not gen.accepts_lora_adapter  # a LoRA policy sends it merged weights
+        out = gen.generate(prompts, 2, params, 0, stop_token_ids=stop)
+        gap, tokens = _trainer_gap(base, out, prompts, tok.pad_token_id, params.temperature)
+        print(f"base model: engine vs trainer log-probs, max |diff| over {tokens} tokens: {gap:.2e}")
+        assert tokens >= 40 and gap < logprob_atol
+
+        assert gen.update_weights(merged, version=1) > 0
         out = gen.generate(prompts, 2, params, 1, stop_token_ids=stop)
         assert out.policy_version == 1
         gap, tokens = _trainer_gap(policy, out, prompts, tok.pad_token_id, params.temperature)
@@ -69,4 +77,6 @@ def test_smollm2_in_vllm_samples_as_the_trainer_scores_before_and_after_a_lora_s
         print(f"after the LoRA sync: vs the trainer's PEFT model {gap:.2e}, vs the base model {from_base:.2e}")
         assert tokens >= 40 and gap < logprob_atol and from_base > 0.1
     finally:
-        gen.shutdown()
+        pool.shutdown(wait=True)  # an engine still starting is waited for, then stopped with the rest
+        if starting.exception() is None:
+            starting.result().shutdown()
