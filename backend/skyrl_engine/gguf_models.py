@@ -129,7 +129,7 @@ def _convert(gguf_path: str, out_dir: str) -> None:
 def _gguf_parsed_once():
     """While transformers converts one GGUF file: each file is parsed once, and gguf's tensor name map is built
     once per architecture. transformers parses the file three times (tokenizer, config, weights: ~10 s each on
-    SmolLM2, whose 49,152-token vocabulary is 294,000 fields) and builds the name map for every submodule (397
+    SmolLM2, whose 49,152-token vocabulary is 147,000 fields) and builds the name map for every submodule (397
     times, 16 s); SmolLM2's conversion 53.5 s -> 27.1 s here, the same files byte for byte. Both are looked up as ``gguf``'s
     attributes when transformers calls them, so they are swapped there for the conversion's duration."""
     try:
