@@ -21,7 +21,8 @@ the median over seeds. reward = mean training reward of the last ``--tail`` step
 of samples on both sides; the summary takes the mean over seeds. A side whose loop ran under a
 minute is flagged (``short_loops``): its tokens/s swings with the load.
 
-    .venv/bin/python bench/vs_trl.py --model tiny --steps 400 --seeds 42,1,2 --out bench/results/vs_trl.json
+    .venv/bin/python bench/vs_trl.py --model tiny --steps 1200 --seeds 42,1,2,3,4 --out bench/results/vs_trl.json
+    .venv/bin/python bench/vs_trl.py --model tiny --steps 1200 --seeds 5,6,7 --model-seed 2 --out bench/results/vs_trl_warm2_seeds.json
     .venv/bin/python bench/vs_trl.py --model smollm2 --steps 4 --seeds 42 --out bench/results/vs_trl_smollm2.json
 """
 
@@ -51,8 +52,9 @@ SETUPS: dict[str, dict] = {
 MIN_LOOP_S = 60.0
 
 
-def skyrl_side(setup: dict, steps: int, threads: int, seed: int, run_root: str) -> dict:
-    """The engine's loop (``RLTrainer``, generator and policy in this process)."""
+def skyrl_side(setup: dict, steps: int, threads: int, seed: int, run_root: str, model_dir: str = "") -> dict:
+    """The engine's loop (``RLTrainer``, generator and policy in this process); ``model_dir``: the model to start
+    from (default: the setup's, warm-started at ``seed`` for the tiny model)."""
     from skyrl_core.config import load_config
     from skyrl_core.runs import RunReader, RunWriter
     from skyrl_engine.models import encode_prompt, load_tokenizer, resolve_model_path
@@ -72,6 +74,7 @@ def skyrl_side(setup: dict, steps: int, threads: int, seed: int, run_root: str) 
         f"generator.sampling_params.temperature={setup['temperature']}",
         f"trainer.policy.optimizer_config.lr={setup['lr']}", "trainer.policy.optimizer_config.scheduler=constant",
         "trainer.policy.optimizer_config.max_grad_norm=1.0", *setup["overrides"],
+        *([f"trainer.policy.model.path={model_dir}"] if model_dir else []),
     ])
     train = load_prompts(cfg.data.train_data)
     model_dir = resolve_model_path(cfg.trainer.policy.model.path, train, cfg.trainer.seed)
@@ -181,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="42", help="comma-separated seeds; both sides run for each")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tail", type=int, default=10, help="steps averaged for the reward reached")
+    parser.add_argument("--model-seed", type=int, default=None,
+                        help="tiny model: warm-start it at this seed for every seed of --seeds (default: each seed "
+                             "its own warm start), so the seeds vary the data order and the sampling alone")
     parser.add_argument("--out", default=None)
     parser.add_argument("--side", choices=["skyrl", "trl"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
@@ -191,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
 
     if args.side == "skyrl":
-        print(json.dumps(skyrl_side(setup, args.steps, args.threads, seeds[0], args.workdir)))
+        print(json.dumps(skyrl_side(setup, args.steps, args.threads, seeds[0], args.workdir, args.model_dir)))
         return 0
     if args.side == "trl":
         print(json.dumps(trl_side(setup, args.model_dir, args.steps, args.threads, seeds[0], args.workdir)))
@@ -207,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, seed in enumerate(seeds):
             order = ["skyrl", "trl"] if i % 2 == 0 else ["trl", "skyrl"]
             found: dict[str, dict] = {}
-            model_dir = ""
-            if order[0] == "trl":  # TRL loads the engine's model directory (the tiny model's warm start is per seed)
+            model_dir = "" if args.model_seed is None else model_dir_for(setup, args.model_seed)
+            if order[0] == "trl" and not model_dir:  # TRL loads the engine's model directory (the tiny model's warm start is per seed)
                 model_dir = model_dir_for(setup, seed)
             for side in order:
                 before = os.getloadavg()[0]
@@ -231,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s_min": min(r["wall_s"] for r in runs)}
 
     result = {
-        "bench": "vs_trl", "model": args.model, "steps": args.steps, "seeds": seeds,
+        "bench": "vs_trl", "model": args.model, "steps": args.steps, "seeds": seeds, "model_seed": args.model_seed,
         "prompts_per_step": setup["prompts"], "group": setup["group"], "max_new_tokens": setup["max_new"],
         "temperature": setup["temperature"], "lr": setup["lr"], "threads": args.threads,
         "skyrl_nb": side_summary("skyrl_nb"), "trl": side_summary("trl"),
@@ -240,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         "short_loops": [f"{side} seed {s['seed']}: {s[side]['wall_s']} s" for s in per_seed
                         for side in ("skyrl_nb", "trl") if s[side]["wall_s"] < MIN_LOOP_S],
         "rewards": curves,
+        # every seed's curves (a single seed's last-10 reward can turn on one lucky or unlucky stretch)
+        "rewards_by_seed": {str(s["seed"]): {side: [round(r, 4) for r in s[side]["rewards"]] for side in ("skyrl_nb", "trl")}
+                            for s in per_seed},
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(),
     }
     result["tokens_per_s_ratio"] = round(result["skyrl_nb"]["tokens_per_s"] / result["trl"]["tokens_per_s"], 3)
