@@ -10,7 +10,8 @@ warm start of ``--model-seed`` and scored with the arithmetic reward. Then:
   (``_generate_single_turn``) replaced by the saved completions, so its own tokenisation, reward call,
   advantages and masks run (``_generate_and_score_completions``), then its ``compute_loss`` and a backward.
 
-Reported: whether the prompt token ids agree, the advantages, the losses, the pre-clip gradient norms, and the
+Reported: whether the prompt token ids agree, TRL's forward log-probs of the sampled tokens against the sampler's,
+the advantages, the losses, the pre-clip gradient norms, and the
 cosine and relative difference of the whole gradient and of its worst tensors. ``--noise S`` samples from a copy
 of the model with N(0, S) added to its weights (longer, truncated and padded completions; with fewer than four
 groups of mixed reward, samples 0 and 3 of the first eight groups are given reward 1, through both reward paths).
@@ -167,12 +168,20 @@ def trl_grad(work: str, model_seed: int) -> None:
     trainer.current_gradient_accumulation_steps = 1
     out = trainer._generate_and_score_completions(
         [{"prompt": d["prompts"][b // n], "ground_truth": d["ground_truth"][b // n]} for b in range(len(saved))])
+    with torch.no_grad():  # TRL's forward log-probs of the saved tokens, against the sampler's
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+        logps_BT = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, torch.cat([out["prompt_mask"], out["completion_mask"]], 1), out["completion_ids"].size(1))[0]
+    rollout_BT = torch.zeros_like(logps_BT)
+    for b, lp in enumerate(d["rollout_logprobs"]):
+        rollout_BT[b, :len(lp)] = torch.tensor(lp)
+    logp_gap = float(((logps_BT - rollout_BT).abs() * out["completion_mask"]).max())
     trainer.model.zero_grad(set_to_none=True)
     loss = trainer.compute_loss(trainer.model, out)
     loss.backward()
     torch.save({"grads": {k: p.grad.detach().clone() for k, p in trainer.model.named_parameters() if p.grad is not None},
                 "advantages_B": out["advantages"].detach().clone(), "loss": float(loss.detach()), "prompt_ids": trl_prompt_ids,
-                "mask_BT": out["completion_mask"]}, os.path.join(work, "trl.pt"))
+                "mask_BT": out["completion_mask"], "logp_gap": logp_gap}, os.path.join(work, "trl.pt"))
 
 
 def compare(work: str) -> dict:
@@ -197,6 +206,7 @@ def compare(work: str) -> dict:
         "stopped_at_eos": d["finish_reasons"].count("stop"), "rewards_set_by_hand": d["rewards_set_by_hand"],
         "mixed_groups": sum(1 for g in range(len(d["prompts"])) if 0 < sum(d["rewards"][g * n:(g + 1) * n]) < n),
         "advantages_max_abs_diff": float((a_s - a_t).abs().max()),
+        "trl_forward_vs_sampler_logprob_max_abs_diff": t["logp_gap"],
         "loss": {"skyrl_nb": s["loss"], "trl": t["loss"]},
         "grad_norm_before_clip": {"skyrl_nb": float(fs.norm()), "trl": float(ft.norm())},
         "same_parameters": sorted(gs) == sorted(gt),
