@@ -13,7 +13,7 @@ warm start of ``--model-seed`` and scored with the arithmetic reward. Then:
 Reported: whether the prompt token ids agree, TRL's forward log-probs of the sampled tokens against the sampler's,
 the advantages, the losses, the pre-clip gradient norms, and the
 cosine and relative difference of the whole gradient and of its worst tensors. ``--noise S`` samples from a copy
-of the model with N(0, S) added to its weights (longer, truncated and padded completions; with fewer than four
+of the model with N(0, S) added to its weights (so the sampler's log-probs are not the trained model's; longer, truncated and padded completions; with fewer than four
 groups of mixed reward, samples 0 and 3 of the first eight groups are given reward 1, through both reward paths).
 
     .venv/bin/python bench/vs_trl_one_batch.py --model-seed 2 --out bench/results/vs_trl_one_batch.json
