@@ -89,11 +89,11 @@ def draw(results: Path) -> str:
         parts += _bars(0, ph, pw, ph, "skyrl-nb vs TRL GRPOTrainer: throughput", ["skyrl-nb", "TRL"],
                        [t["skyrl_nb"]["tokens_per_s"], t["trl"]["tokens_per_s"]], "tok/s",
                        f"{t['tokens_per_s_ratio']:.2f}x tokens/s (goal 1.5x), {t['steps']} steps each")
-        seeds = t.get("seeds", [])
-        parts += _lines(pw, ph, pw, ph, f"skyrl-nb vs TRL: training reward per step, seed {seeds[0] if seeds else '?'}",
+        seeds = t.get("seeds", [])  # the curves are the first seed's; the figure under them the mean over seeds
+        parts += _lines(pw, ph, pw, ph, "skyrl-nb vs TRL: training reward per step" + (f", seed {seeds[0]}" if seeds else ""),
                         {"skyrl-nb": t["rewards"]["skyrl_nb"], "TRL": t["rewards"]["trl"]},
-                        f"last {min(10, t['steps'])} steps, mean of {len(seeds)} seed(s): skyrl-nb "
-                        f"{t['skyrl_nb']['reward_last']:.2f}, TRL {t['trl']['reward_last']:.2f}")
+                        f"last {min(10, t['steps'])} steps" + (f", mean of {len(seeds)} seeds" if len(seeds) > 1 else "")
+                        + f": skyrl-nb {t['skyrl_nb']['reward_last']:.2f}, TRL {t['trl']['reward_last']:.2f}")
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
