@@ -52,18 +52,13 @@ SETUPS: dict[str, dict] = {
 MIN_LOOP_S = 60.0
 
 
-def skyrl_side(setup: dict, steps: int, threads: int, seed: int, run_root: str, model_dir: str = "") -> dict:
-    """The engine's loop (``RLTrainer``, generator and policy in this process); ``model_dir``: the model to start
-    from (default: the setup's, warm-started at ``seed`` for the tiny model)."""
+def skyrl_config(setup: dict, steps: int, threads: int, seed: int, run_root: str, model_dir: str = ""):
+    """skyrl-nb's JobConfig for ``setup``: the settings both sides share (module docstring), no eval, no checkpoints;
+    ``model_dir``: the model to start from (default: the setup's, warm-started at ``seed`` for the tiny model)."""
     from skyrl_core.config import load_config
-    from skyrl_core.runs import RunReader, RunWriter
-    from skyrl_engine.models import encode_prompt, load_tokenizer, resolve_model_path
-    from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import RLTrainer
-    from skyrl_engine.workers import Workers
 
     n = setup["prompts"]
-    cfg = load_config(setup["preset"], [
+    return load_config(setup["preset"], [
         f"run.run_root={run_root}", "run.run_id=skyrl", f"trainer.max_training_steps={steps}", f"trainer.seed={seed}",
         f"trainer.num_threads={threads}", "trainer.eval_interval=0", "trainer.eval_before_train=false",
         "trainer.ckpt_interval=0", f"trainer.train_batch_size={n}", f"trainer.policy_mini_batch_size={n}",
@@ -76,6 +71,17 @@ def skyrl_side(setup: dict, steps: int, threads: int, seed: int, run_root: str, 
         "trainer.policy.optimizer_config.max_grad_norm=1.0", *setup["overrides"],
         *([f"trainer.policy.model.path={model_dir}"] if model_dir else []),
     ])
+
+
+def skyrl_side(setup: dict, steps: int, threads: int, seed: int, run_root: str, model_dir: str = "") -> dict:
+    """The engine's loop (``RLTrainer``, generator and policy in this process), configured by :func:`skyrl_config`."""
+    from skyrl_core.runs import RunReader, RunWriter
+    from skyrl_engine.models import encode_prompt, load_tokenizer, resolve_model_path
+    from skyrl_engine.tasks import load_prompts
+    from skyrl_engine.trainer import RLTrainer
+    from skyrl_engine.workers import Workers
+
+    cfg = skyrl_config(setup, steps, threads, seed, run_root, model_dir)
     train = load_prompts(cfg.data.train_data)
     model_dir = resolve_model_path(cfg.trainer.policy.model.path, train, cfg.trainer.seed)
     workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True)  # trainer.num_threads

@@ -33,25 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
 
-from vs_trl import SETUPS, model_dir_for  # noqa: E402
+from vs_trl import SETUPS, model_dir_for, skyrl_config  # noqa: E402
 
 SETUP = SETUPS["tiny"]
-
-
-def _config(model_dir: str, seed: int, work: str):
-    from skyrl_core.config import load_config
-
-    n, g = SETUP["prompts"], SETUP["group"]
-    return load_config(SETUP["preset"], [
-        f"run.run_root={work}", "run.run_id=skyrl", "trainer.max_training_steps=1", f"trainer.seed={seed}",
-        "trainer.num_threads=1", "trainer.eval_interval=0", "trainer.eval_before_train=false", "trainer.ckpt_interval=0",
-        f"trainer.train_batch_size={n}", f"trainer.policy_mini_batch_size={n}",
-        f"trainer.micro_train_batch_size_per_gpu={n * g}", f"trainer.micro_forward_batch_size_per_gpu={n * g}",
-        f"generator.n_samples_per_prompt={g}", f"generator.sampling_params.max_generate_length={SETUP['max_new']}",
-        f"generator.sampling_params.temperature={SETUP['temperature']}", f"trainer.policy.optimizer_config.lr={SETUP['lr']}",
-        "trainer.policy.optimizer_config.scheduler=constant", "trainer.policy.optimizer_config.max_grad_norm=1.0",
-        f"trainer.policy.model.path={model_dir}",
-    ])
 
 
 def sample(work: str, model_seed: int, sample_seed: int, noise: float) -> None:
@@ -105,7 +89,7 @@ def skyrl_grad(work: str, model_seed: int) -> None:
 
     d = torch.load(os.path.join(work, "batch.pt"), weights_only=False)
     n, B = d["group"], len(d["completion_ids"])
-    cfg = _config(d["model_dir"], model_seed, work)
+    cfg = skyrl_config(SETUP, 1, 1, model_seed, work, d["model_dir"])
     tok = load_tokenizer(d["model_dir"])
     comp = Completions(prompt_index=[b // n for b in range(B)], response_ids=d["completion_ids"],
                        logprobs=d["rollout_logprobs"], finish_reasons=d["finish_reasons"], policy_version=0, generate_s=0.0)
