@@ -23,7 +23,7 @@ minute is flagged (``short_loops``): its tokens/s swings with the load.
 
     .venv/bin/python bench/vs_trl.py --model tiny --steps 1200 --seeds 42,1,2,3,4 --out bench/results/vs_trl.json
     .venv/bin/python bench/vs_trl.py --model tiny --steps 1200 --seeds 5,6,7 --model-seed 2 --out bench/results/vs_trl_warm2_seeds.json
-    .venv/bin/python bench/vs_trl.py --model smollm2 --steps 4 --seeds 42 --out bench/results/vs_trl_smollm2.json
+    .venv/bin/python bench/vs_trl.py --model smollm2 --steps 4 --seeds 42,1 --out bench/results/vs_trl_smollm2.json
 """
 
 from __future__ import annotations
