@@ -32,17 +32,9 @@ import time
 from pathlib import Path
 
 from train_job import private_ray_env, train_job
+from vs_trl import SETUPS, model_dir_for
 
 GOAL = 0.03
-
-
-def warm_start_dir(model_seed: int) -> str:
-    """The built-in tiny model warm-started at ``model_seed`` (built once into the model cache), as a directory."""
-    from skyrl_core.config import preset
-    from skyrl_engine.models import TINY_MODEL, resolve_model_path
-    from skyrl_engine.tasks import load_prompts
-
-    return resolve_model_path(TINY_MODEL, load_prompts(preset("quickstart").data.train_data), model_seed)
 
 
 def run_arm(estimator: str, mode: str, run_root: str, extra: list[str], seed: int | None = None,
@@ -75,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
-    model_dir = None if args.model_seed is None else warm_start_dir(args.model_seed)
+    # the quickstart's built-in model warm-started at --model-seed (built once into the model cache)
+    model_dir = None if args.model_seed is None else model_dir_for(SETUPS["tiny"], args.model_seed)
     run_root = tempfile.mkdtemp(prefix="skyrl-bench-async-parity-")
     runs = []
     for seed in seeds:
