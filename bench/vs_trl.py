@@ -99,24 +99,42 @@ def skyrl_side(setup: dict, steps: int, threads: int, seed: int, run_root: str, 
     return {"wall_s": wall, "tokens": tokens, "rewards": rewards, "model_dir": model_dir}
 
 
+def reward_rule(setup: dict):
+    """``score(text, truth) -> float``, the setup's reward as skyrl-nb's envs give it (both sides score with it)."""
+    from skyrl_engine.tasks import _arithmetic_reward, flexible_answer
+
+    if setup["preset"] == "quickstart":
+        return _arithmetic_reward
+    return lambda text, truth: 1.0 if flexible_answer(text) == truth.strip() else 0.0
+
+
+def trl_config(setup: dict, steps: int, seed: int, out_dir: str):
+    """TRL's ``GRPOConfig`` for ``setup``: the settings both sides share (module docstring)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=out_dir, use_cpu=True, max_steps=steps, learning_rate=setup["lr"], lr_scheduler_type="constant",
+        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, per_device_train_batch_size=setup["prompts"] * setup["group"],
+        gradient_accumulation_steps=1, steps_per_generation=1, num_generations=setup["group"], num_iterations=1,
+        max_completion_length=setup["max_new"], temperature=setup["temperature"], top_p=1.0, beta=0.0, epsilon=0.2,
+        loss_type="dapo", scale_rewards="group", logging_steps=1, report_to="none", save_strategy="no", seed=seed,
+        dataloader_num_workers=0, disable_tqdm=True, bf16=False,
+    )
+
+
 def trl_side(setup: dict, model_dir: str, steps: int, threads: int, seed: int, out_dir: str) -> dict:
     """TRL's GRPOTrainer in this process (this must be the TRL env's python)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from skyrl_engine.tasks import _arithmetic_reward, flexible_answer, load_prompts
+    from skyrl_engine.tasks import load_prompts
 
     torch.set_num_threads(threads)
     rows = load_prompts([setup["data"]])
     data = Dataset.from_list([{"prompt": r.prompt, "ground_truth": str(r.ground_truth)} for r in rows])
-    if setup["preset"] == "quickstart":
-        def score(text: str, truth: str) -> float:
-            return _arithmetic_reward(text, truth)
-    else:
-        def score(text: str, truth: str) -> float:
-            return 1.0 if flexible_answer(text) == truth.strip() else 0.0
+    score = reward_rule(setup)
 
     def reward(completions, ground_truth, **_):
         return [score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
@@ -128,15 +146,7 @@ def trl_side(setup: dict, model_dir: str, steps: int, threads: int, seed: int, o
             if logs and "reward" in logs:
                 rewards.append(float(logs["reward"]))
 
-    samples = setup["prompts"] * setup["group"]
-    args = GRPOConfig(
-        output_dir=out_dir, use_cpu=True, max_steps=steps, learning_rate=setup["lr"], lr_scheduler_type="constant",
-        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, per_device_train_batch_size=samples,
-        gradient_accumulation_steps=1, steps_per_generation=1, num_generations=setup["group"], num_iterations=1,
-        max_completion_length=setup["max_new"], temperature=setup["temperature"], top_p=1.0, beta=0.0, epsilon=0.2,
-        loss_type="dapo", scale_rewards="group", logging_steps=1, report_to="none", save_strategy="no", seed=seed,
-        dataloader_num_workers=0, disable_tqdm=True, bf16=False,
-    )
+    args = trl_config(setup, steps, seed, out_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,

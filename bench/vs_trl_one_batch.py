@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
 
-from vs_trl import SETUPS, model_dir_for, skyrl_config  # noqa: E402
+from vs_trl import SETUPS, model_dir_for, reward_rule, skyrl_config, trl_config  # noqa: E402
 
 SETUP = SETUPS["tiny"]
 
@@ -45,7 +45,7 @@ def sample(work: str, model_seed: int, sample_seed: int, noise: float) -> None:
     from skyrl_core.config import SamplingParams
     from skyrl_engine.models import encode_prompt, load_model, load_tokenizer
     from skyrl_engine.sampler import TorchSampler
-    from skyrl_engine.tasks import _arithmetic_reward, load_prompts
+    from skyrl_engine.tasks import load_prompts
 
     torch.set_num_threads(1)
     model_dir = model_dir_for(SETUP, model_seed)
@@ -65,7 +65,8 @@ def sample(work: str, model_seed: int, sample_seed: int, noise: float) -> None:
     comp = TorchSampler(model, pad_id=tok.pad_token_id).generate(prompt_ids, n, params, seed=sample_seed,
                                                                   stop_token_ids=[tok.eos_token_id])
     texts = [tok.decode(ids, skip_special_tokens=True) for ids in comp.response_ids]
-    rewards = [_arithmetic_reward(t, str(picked[b // n].ground_truth)) for b, t in enumerate(texts)]
+    score = reward_rule(SETUP)
+    rewards = [score(t, str(picked[b // n].ground_truth)) for b, t in enumerate(texts)]
     mixed = sum(1 for g in range(len(picked)) if 0 < sum(rewards[g * n:(g + 1) * n]) < n)
     set_by_hand = mixed < 4
     if set_by_hand:  # a gradient check needs groups whose advantages are not all zero
@@ -116,29 +117,22 @@ def trl_grad(work: str, model_seed: int) -> None:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from skyrl_engine.tasks import _arithmetic_reward, load_prompts
+    from skyrl_engine.tasks import load_prompts
 
     torch.set_num_threads(1)
     d = torch.load(os.path.join(work, "batch.pt"), weights_only=False)
     n, saved = d["group"], [list(c) for c in d["completion_ids"]]
     rows = load_prompts([SETUP["data"]])
+    score = reward_rule(SETUP)
 
     def reward(completions, ground_truth, **_):
         if d["rewards_set_by_hand"]:
             return [float(r) for r in d["rewards"]]
-        return [_arithmetic_reward(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
+        return [score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
 
-    samples = SETUP["prompts"] * n
-    args = GRPOConfig(  # as vs_trl.trl_side
-        output_dir=os.path.join(work, "trl_out"), use_cpu=True, max_steps=1, learning_rate=SETUP["lr"],
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-        per_device_train_batch_size=samples, gradient_accumulation_steps=1, steps_per_generation=1, num_generations=n,
-        num_iterations=1, max_completion_length=SETUP["max_new"], temperature=SETUP["temperature"], top_p=1.0, beta=0.0,
-        epsilon=0.2, loss_type="dapo", scale_rewards="group", logging_steps=1, report_to="none", save_strategy="no",
-        seed=model_seed, dataloader_num_workers=0, disable_tqdm=True, bf16=False,
-    )
+    args = trl_config(SETUP, 1, model_seed, os.path.join(work, "trl_out"))
     model = AutoModelForCausalLM.from_pretrained(d["model_dir"], dtype=torch.float32)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=AutoTokenizer.from_pretrained(d["model_dir"]),
                           train_dataset=Dataset.from_list([{"prompt": r.prompt, "ground_truth": str(r.ground_truth)} for r in rows]))
