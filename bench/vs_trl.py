@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "backend"))
@@ -122,23 +123,36 @@ def trl_config(setup: dict, steps: int, seed: int, out_dir: str):
     )
 
 
-def trl_side(setup: dict, model_dir: str, steps: int, threads: int, seed: int, out_dir: str) -> dict:
-    """TRL's GRPOTrainer in this process (this must be the TRL env's python)."""
+def trl_trainer(setup: dict, model_dir: str, args: Any, reward: Any = None, callbacks: tuple = ()) -> Any:
+    """TRL's ``GRPOTrainer`` for ``setup`` (this must be the TRL env's python): the model of ``model_dir`` in fp32,
+    the setup's data, ``args`` (:func:`trl_config`), scored by :func:`reward_rule` unless ``reward`` (TRL's
+    reward-function signature) replaces it."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
     from skyrl_engine.tasks import load_prompts
 
-    torch.set_num_threads(threads)
     rows = load_prompts([setup["data"]])
+    if reward is None:
+        score = reward_rule(setup)
+
+        def reward(completions, ground_truth, **_):
+            return [score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
+
     data = Dataset.from_list([{"prompt": r.prompt, "ground_truth": str(r.ground_truth)} for r in rows])
-    score = reward_rule(setup)
+    return GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), reward_funcs=reward,
+                       args=args, train_dataset=data, processing_class=AutoTokenizer.from_pretrained(model_dir),
+                       callbacks=list(callbacks))
 
-    def reward(completions, ground_truth, **_):
-        return [score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
 
+def trl_side(setup: dict, model_dir: str, steps: int, threads: int, seed: int, out_dir: str) -> dict:
+    """TRL's GRPOTrainer in this process (this must be the TRL env's python)."""
+    import torch
+    from transformers import TrainerCallback
+
+    torch.set_num_threads(threads)
     rewards: list[float] = []
 
     class KeepRewards(TrainerCallback):
@@ -146,15 +160,37 @@ def trl_side(setup: dict, model_dir: str, steps: int, threads: int, seed: int, o
             if logs and "reward" in logs:
                 rewards.append(float(logs["reward"]))
 
-    args = trl_config(setup, steps, seed, out_dir)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
-                          processing_class=tok, callbacks=[KeepRewards()])
+    trainer = trl_trainer(setup, model_dir, trl_config(setup, steps, seed, out_dir), callbacks=(KeepRewards(),))
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "tokens": int(trainer.state.num_input_tokens_seen), "rewards": rewards}
+
+
+def trl_python() -> str:
+    """The TRL env's python: ``$SKYRL_TRL_PYTHON``, else the env ``scripts/make_trl_env.sh`` builds (or finds)."""
+    return os.environ.get("SKYRL_TRL_PYTHON") or subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make_trl_env.sh")], capture_output=True, text=True, check=True
+    ).stdout.strip().splitlines()[-1]
+
+
+def run_parts(script: str, parts: list[str], args: list[str]) -> str:
+    """``script --part P --workdir W *args`` for each part in turn, the ``trl`` part with the TRL env's python and
+    the others with this one; returns the work directory W they share."""
+    work = tempfile.mkdtemp(prefix=f"skyrl-bench-{Path(script).stem}-")
+    trl_env = trl_python() if "trl" in parts else ""
+    for part in parts:
+        subprocess.run([trl_env if part == "trl" else sys.executable, script, "--part", part, "--workdir", work, *args],
+                       check=True, cwd=ROOT)
+    return work
+
+
+def report(result: dict, out: str | None, shown: dict | None = None) -> None:
+    """Print ``shown`` (default: ``result``) and write ``result`` to ``out`` when given."""
+    print(json.dumps(result if shown is None else shown, indent=1))
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=1) + "\n")
 
 
 def model_dir_for(setup: dict, seed: int) -> str:
@@ -219,9 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(trl_side(setup, args.model_dir, args.steps, args.threads, seeds[0], args.workdir)))
         return 0
 
-    trl_python = os.environ.get("SKYRL_TRL_PYTHON") or subprocess.run(
-        ["bash", str(ROOT / "scripts" / "make_trl_env.sh")], capture_output=True, text=True, check=True
-    ).stdout.strip().splitlines()[-1]
+    trl_env = trl_python()
     work = tempfile.mkdtemp(prefix="skyrl-bench-trl-")
     per_seed: list[dict] = []
     curves: dict[str, list[float]] = {}
@@ -234,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 model_dir = model_dir_for(setup, seed)
             for side in order:
                 before = os.getloadavg()[0]
-                result = _run_side(sys.executable if side == "skyrl" else trl_python, side, args, seed, work,
+                result = _run_side(sys.executable if side == "skyrl" else trl_env, side, args, seed, work,
                                    model_dir)
                 model_dir = result.get("model_dir", model_dir)
                 found[side] = {**_summary(result, args.tail, (before, os.getloadavg()[0])), "rewards": result["rewards"]}
@@ -270,10 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     result["tokens_per_s_ratio"] = round(result["skyrl_nb"]["tokens_per_s"] / result["trl"]["tokens_per_s"], 3)
     result["goals"] = {"tokens_per_s_ratio_at_least_1_5": result["tokens_per_s_ratio"] >= 1.5,
                        "reward_at_least_trl": result["skyrl_nb"]["reward_last"] >= result["trl"]["reward_last"]}
-    print(json.dumps({k: v for k, v in result.items() if k not in ("rewards", "per_seed")}, indent=1))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    report(result, args.out, {k: v for k, v in result.items() if k not in ("rewards", "per_seed")})
     return 0
 
 

@@ -23,17 +23,23 @@ groups of mixed reward, samples 0 and 3 of the first eight groups are given rewa
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
 
-from vs_trl import SETUPS, model_dir_for, reward_rule, skyrl_config, trl_config  # noqa: E402
+from vs_trl import (  # noqa: E402
+    SETUPS,
+    model_dir_for,
+    report,
+    reward_rule,
+    run_parts,
+    skyrl_config,
+    trl_config,
+    trl_trainer,
+)
 
 SETUP = SETUPS["tiny"]
 
@@ -115,16 +121,10 @@ def skyrl_grad(work: str, model_seed: int) -> None:
 def trl_grad(work: str, model_seed: int) -> None:
     """TRL's advantages, loss and gradients for the batch -> ``<work>/trl.pt`` (run with the TRL env's python)."""
     import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOTrainer
-
-    from skyrl_engine.tasks import load_prompts
 
     torch.set_num_threads(1)
     d = torch.load(os.path.join(work, "batch.pt"), weights_only=False)
     n, saved = d["group"], [list(c) for c in d["completion_ids"]]
-    rows = load_prompts([SETUP["data"]])
     score = reward_rule(SETUP)
 
     def reward(completions, ground_truth, **_):
@@ -132,10 +132,7 @@ def trl_grad(work: str, model_seed: int) -> None:
             return [float(r) for r in d["rewards"]]
         return [score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
 
-    args = trl_config(SETUP, 1, model_seed, os.path.join(work, "trl_out"))
-    model = AutoModelForCausalLM.from_pretrained(d["model_dir"], dtype=torch.float32)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=AutoTokenizer.from_pretrained(d["model_dir"]),
-                          train_dataset=Dataset.from_list([{"prompt": r.prompt, "ground_truth": str(r.ground_truth)} for r in rows]))
+    trainer = trl_trainer(SETUP, d["model_dir"], trl_config(SETUP, 1, model_seed, os.path.join(work, "trl_out")), reward)
     trl_prompt_ids = [list(map(int, p)) for p in trainer._tokenize_prompts(d["prompts"])[0]]
 
     def saved_completions(prompt_ids, *_args, **_kwargs):  # TRL's sampler, replaced by the batch's completions
@@ -212,18 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "trl":
         trl_grad(args.workdir, args.model_seed)
         return 0
-    trl_python = os.environ.get("SKYRL_TRL_PYTHON") or subprocess.run(
-        ["bash", str(ROOT / "scripts" / "make_trl_env.sh")], capture_output=True, text=True, check=True
-    ).stdout.strip().splitlines()[-1]
-    work = tempfile.mkdtemp(prefix="skyrl-bench-one-batch-")
-    for part, python in (("sample", sys.executable), ("skyrl", sys.executable), ("trl", trl_python)):
-        subprocess.run([python, __file__, "--part", part, "--workdir", work, "--model-seed", str(args.model_seed),
-                        "--sample-seed", str(args.sample_seed), "--noise", str(args.noise)], check=True, cwd=ROOT)
-    result = {"bench": "vs_trl_one_batch", "model_seed": args.model_seed, "sample_seed": args.sample_seed,
-              "noise": args.noise, **compare(work)}
-    print(json.dumps(result, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    work = run_parts(__file__, ["sample", "skyrl", "trl"], ["--model-seed", str(args.model_seed),
+                     "--sample-seed", str(args.sample_seed), "--noise", str(args.noise)])
+    report({"bench": "vs_trl_one_batch", "model_seed": args.model_seed, "sample_seed": args.sample_seed,
+            "noise": args.noise, **compare(work)}, args.out)
     return 0
 
 
