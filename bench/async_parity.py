@@ -3,13 +3,13 @@
 For each estimator of ``--estimators``: ``sync`` is the quickstart with the generator and the trainer
 apart (``trainer.placement.colocate_all=false``: one-step async needs that, so sync gets it too), and
 ``async`` the same plus ``trainer.async_one_step=true`` and nothing else: the settings a user gets by
-turning it on (sequence-level TIS since skyrl-nb's async default, docs/config.md; ``--extra
-trainer.algorithm.off_policy_correction.tis_ratio_type=null`` gives SkyRL's uncorrected default). Each is one ``python -m skyrl_engine train`` job on a private local Ray cluster, one
+turning it on (token-level TIS, skyrl-nb's async default since 2026-12-03, sequence-level before, docs/config.md;
+``--extra trainer.algorithm.off_policy_correction.tis_ratio_type=null`` gives SkyRL's uncorrected default). Each is one ``python -m skyrl_engine train`` job on a private local Ray cluster, one
 after the other. The rise is the notebook's figure (``reward_change``: mean of the first and last 20
 steps). Goal: ``async`` rises at least as much as ``sync`` less 0.03.
 
     .venv/bin/python bench/async_parity.py --out bench/results/async_parity.json
-    .venv/bin/python bench/async_parity.py --estimators gae --extra trainer.algorithm.off_policy_correction.tis_ratio_type=token
+    .venv/bin/python bench/async_parity.py --estimators gae --extra trainer.algorithm.off_policy_correction.tis_ratio_type=sequence
 
 One seed says little: sync and async part ways at step 2, and the sync rise alone spreads by +-0.15 over seeds.
 ``--seeds`` runs every arm once per ``trainer.seed`` and reports the mean paired gap with its standard error;

@@ -109,8 +109,8 @@ def test_every_key_is_reachable():
     assert set(cfg.to_dotted()) == set(keys)
 
 
-def test_async_takes_sequence_tis_unless_the_config_says_otherwise(tmp_path):
-    """skyrl-nb's one difference for async runs (docs/config.md): tis_ratio_type=sequence when unsaid."""
+def test_async_takes_token_tis_unless_the_config_says_otherwise(tmp_path):
+    """skyrl-nb's one difference for async runs (docs/config.md): tis_ratio_type=token when unsaid."""
     apart = ["trainer.placement.colocate_all=false"]
     key = "trainer.algorithm.off_policy_correction.tis_ratio_type"
 
@@ -120,15 +120,15 @@ def test_async_takes_sequence_tis_unless_the_config_says_otherwise(tmp_path):
     assert tis(load_config("quickstart", apart)) is None  # sync: SkyRL's default, off
     for switch in ("trainer.async_one_step=true", "trainer.fully_async.enabled=true"):
         on = load_config("quickstart", [*apart, switch])
-        assert tis(on) == "sequence", switch
-        assert on == load_config("quickstart", [*apart, switch, f"{key}=sequence"])  # the same job as asking
+        assert tis(on) == "token", switch
+        assert on == load_config("quickstart", [*apart, switch, f"{key}=token"])  # the same job as asking
         assert tis(load_config("quickstart", [*apart, switch, f"{key}=null"])) is None  # an explicit off stays
-        assert tis(load_config("quickstart", [*apart, switch, f"{key}=token"])) == "token"
+        assert tis(load_config("quickstart", [*apart, switch, f"{key}=sequence"])) == "sequence"
     # a saved config holds every key: turning async on over it still gets the default, keeping it does not drop it
     sync = load_config("quickstart", apart)
-    assert tis(sync.with_overrides(["trainer.async_one_step=true"])) == "sequence"
+    assert tis(sync.with_overrides(["trainer.async_one_step=true"])) == "token"
     off = load_config("quickstart", [*apart, "trainer.async_one_step=true", f"{key}=null"])
     assert tis(off.with_overrides(["trainer.seed=3"])) is None
     saved = tmp_path / "job.yaml"
     saved.write_text(load_config("quickstart", [*apart, "trainer.async_one_step=true"]).to_yaml())
-    assert tis(load_config(str(saved))) == "sequence"
+    assert tis(load_config(str(saved))) == "token"
