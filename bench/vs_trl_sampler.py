@@ -12,7 +12,8 @@ other half of a step, the samples the update is computed from. From the tiny mod
   ``GenerationConfig``, its EOS masking, decode and reward call); the reward is the mean TRL logs per batch.
 
 Reported per side: the mean reward with its standard error (over batch means: the samples of a batch share
-prompts), the mean completion length and the share that ended at EOS, and the difference of the means in
+prompts), the mean completion length and the share that ended at EOS, how the groups split (how many of a
+prompt's samples are right: a group all right or all wrong gives no learning signal), and the difference of the means in
 standard errors. Same distribution: the difference is noise (|z| below about 2). From the warm starts every
 completion is a digit or two and EOS; ``--noise S`` samples from a copy of the model with N(0, S) added to its
 weights (the same copy on both sides), whose completions run to the length cap, so padding, truncation and the
@@ -34,7 +35,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
 
-from vs_trl import SETUPS, model_dir_for, report, run_parts, skyrl_config, trl_config, trl_trainer  # noqa: E402
+from vs_trl import (  # noqa: E402
+    SETUPS,
+    model_dir_for,
+    report,
+    reward_rule,
+    run_parts,
+    skyrl_config,
+    trl_config,
+    trl_trainer,
+)
 
 SETUP = SETUPS["tiny"]
 
@@ -54,14 +64,17 @@ def skyrl_part(work: str, model_dir: str, seed: int, passes: int) -> None:
     cfg = skyrl_config(SETUP, 1, 1, seed, work, model_dir)
     rows = load_prompts(cfg.data.train_data)
     workers = Workers.create(cfg, model_dir, 1, in_process=True)
-    rewards, lengths, stopped = [], [], 0
+    n = SETUP["group"]
+    rewards, lengths, stopped, groups = [], [], 0, []
     for i, batch in enumerate(batches(rows, passes)):
-        out = workers.generate(batch, SETUP["group"], cfg.generator.sampling_params, step_seed(seed, i + 1))
+        out = workers.generate(batch, n, cfg.generator.sampling_params, step_seed(seed, i + 1))
         rewards.append(statistics.fmean(out.rewards_B))
+        groups += [sum(out.rewards_B[g * n:(g + 1) * n]) for g in range(len(batch))]
         lengths += out.samples.response_mask_BT.sum(1).tolist()
         stopped += out.samples.finish_reasons.count("stop")
     workers.shutdown()
-    Path(work, "skyrl.json").write_text(json.dumps({"batch_rewards": rewards, "lengths": lengths, "stopped": stopped}))
+    Path(work, "skyrl.json").write_text(json.dumps({"batch_rewards": rewards, "lengths": lengths, "stopped": stopped,
+                                                    "group_successes": groups}))
 
 
 def trl_part(work: str, model_dir: str, seed: int, passes: int) -> None:
@@ -73,19 +86,27 @@ def trl_part(work: str, model_dir: str, seed: int, passes: int) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     rows = load_prompts([SETUP["data"]])
-    trainer = trl_trainer(SETUP, model_dir, trl_config(SETUP, 1, seed, os.path.join(work, "trl_out")))
+    score, scored = reward_rule(SETUP), []
+
+    def reward(completions, ground_truth, **_):  # the setup's rule, as trl_trainer's default, each reward kept
+        scored.append([score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)])
+        return scored[-1]
+
+    trainer = trl_trainer(SETUP, model_dir, trl_config(SETUP, 1, seed, os.path.join(work, "trl_out")), reward)
     trainer.model.train()  # as in TRL's training loop
     trainer.current_gradient_accumulation_steps = 1
     n = SETUP["group"]
     eos = trainer.processing_class.eos_token_id
-    rewards, lengths, stopped = [], [], 0
+    rewards, lengths, stopped, groups = [], [], 0, []
     for batch in batches(rows, passes):
         out = trainer._generate_and_score_completions(
             [{"prompt": r.prompt, "ground_truth": str(r.ground_truth)} for r in batch for _ in range(n)])
         rewards.append(float(trainer._metrics["train"]["reward"][-1]))
+        groups += [sum(scored[-1][g * n:(g + 1) * n]) for g in range(len(batch))]
         lengths += out["completion_mask"].sum(1).tolist()
         stopped += int(((out["completion_ids"] == eos) & out["completion_mask"].bool()).any(1).sum())
-    Path(work, "trl.json").write_text(json.dumps({"batch_rewards": rewards, "lengths": lengths, "stopped": stopped}))
+    Path(work, "trl.json").write_text(json.dumps({"batch_rewards": rewards, "lengths": lengths, "stopped": stopped,
+                                                  "group_successes": groups}))
 
 
 def noised_copy(model_dir: str, noise: float) -> str:
@@ -108,11 +129,14 @@ def noised_copy(model_dir: str, noise: float) -> str:
 
 
 def summary(side: dict) -> dict:
-    r = side["batch_rewards"]
+    r, n = side["batch_rewards"], SETUP["group"]
     return {"batches": len(r), "samples": len(side["lengths"]), "reward_mean": round(statistics.fmean(r), 5),
             "reward_std_error": round(statistics.stdev(r) / len(r) ** 0.5, 5),
             "completion_tokens_mean": round(statistics.fmean(side["lengths"]), 4),
-            "ended_at_eos": round(side["stopped"] / len(side["lengths"]), 5)}
+            "ended_at_eos": round(side["stopped"] / len(side["lengths"]), 5),
+            # the learning signal: groups whose samples disagree (all right or all wrong give zero advantages)
+            "groups_mixed": round(sum(1 for k in side["group_successes"] if 0 < k < n) / len(side["group_successes"]), 5),
+            "groups_by_successes": [side["group_successes"].count(k) for k in range(n + 1)]}
 
 
 def main(argv: list[str] | None = None) -> int:
