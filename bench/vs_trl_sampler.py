@@ -35,18 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
 
-from vs_trl import (  # noqa: E402
-    SETUPS,
-    model_dir_for,
-    report,
-    reward_rule,
-    run_parts,
-    skyrl_config,
-    trl_config,
-    trl_trainer,
-)
+import vs_trl  # noqa: E402
 
-SETUP = SETUPS["tiny"]
+SETUP = vs_trl.SETUPS["tiny"]
 
 
 def batches(rows: list, passes: int) -> list[list]:
@@ -61,7 +52,7 @@ def skyrl_part(work: str, model_dir: str, seed: int, passes: int) -> None:
     from skyrl_engine.tasks import load_prompts
     from skyrl_engine.workers import Workers
 
-    cfg = skyrl_config(SETUP, 1, 1, seed, work, model_dir)
+    cfg = vs_trl.skyrl_config(SETUP, 1, 1, seed, work, model_dir)
     rows = load_prompts(cfg.data.train_data)
     workers = Workers.create(cfg, model_dir, 1, in_process=True)
     n = SETUP["group"]
@@ -86,13 +77,13 @@ def trl_part(work: str, model_dir: str, seed: int, passes: int) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     rows = load_prompts([SETUP["data"]])
-    score, scored = reward_rule(SETUP), []
+    score, scored = vs_trl.reward_rule(SETUP), []
 
     def reward(completions, ground_truth, **_):  # the setup's rule, as trl_trainer's default, each reward kept
         scored.append([score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)])
         return scored[-1]
 
-    trainer = trl_trainer(SETUP, model_dir, trl_config(SETUP, 1, seed, os.path.join(work, "trl_out")), reward)
+    trainer = vs_trl.trl_trainer(SETUP, model_dir, vs_trl.trl_config(SETUP, 1, seed, os.path.join(work, "trl_out")), reward)
     trainer.model.train()  # as in TRL's training loop
     trainer.current_gradient_accumulation_steps = 1
     n = SETUP["group"]
@@ -154,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.part:
         (skyrl_part if args.part == "skyrl" else trl_part)(args.workdir, args.model_dir, args.model_seed, args.passes)
         return 0
-    model_dir = model_dir_for(SETUP, args.model_seed)  # built once, here, before either side reads it
+    model_dir = vs_trl.model_dir_for(SETUP, args.model_seed)  # built once, here, before either side reads it
     if args.noise:
         model_dir = noised_copy(model_dir, args.noise)
-    work = run_parts(__file__, ["skyrl", "trl"], ["--model-seed", str(args.model_seed), "--model-dir", model_dir,
+    work = vs_trl.run_parts(__file__, ["skyrl", "trl"], ["--model-seed", str(args.model_seed), "--model-dir", model_dir,
                                                   "--passes", str(args.passes)])
     sides = {k: summary(json.loads(Path(work, f"{k}.json").read_text())) for k in ("skyrl", "trl")}
     diff = sides["skyrl"]["reward_mean"] - sides["trl"]["reward_mean"]
@@ -166,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
               "max_new": SETUP["max_new"], "temperature": SETUP["temperature"],
               "skyrl_nb": sides["skyrl"], "trl": sides["trl"],
               "reward_diff": round(diff, 5), "reward_diff_std_error": round(se, 5), "reward_diff_z": round(diff / se, 2)}
-    report(result, args.out)
+    vs_trl.report(result, args.out)
     return 0
 
 
