@@ -123,6 +123,27 @@ def trl_config(setup: dict, steps: int, seed: int, out_dir: str):
     )
 
 
+def trl_reward(setup: dict) -> Any:
+    """:func:`reward_rule` in TRL's reward-function signature (conversational completions, the dataset's
+    ``ground_truth`` column)."""
+    score = reward_rule(setup)
+
+    def reward(completions, ground_truth, **_):
+        return [score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
+
+    return reward
+
+
+def add_noise(model: Any, noise: float) -> None:
+    """Add N(0, ``noise``) to every weight of ``model`` in place, from torch seed 123 (the benches' noised policy)."""
+    import torch
+
+    torch.manual_seed(123)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * noise)
+
+
 def trl_trainer(setup: dict, model_dir: str, args: Any, reward: Any = None, callbacks: tuple = ()) -> Any:
     """TRL's ``GRPOTrainer`` for ``setup`` (this must be the TRL env's python): the model of ``model_dir`` in fp32,
     the setup's data, ``args`` (:func:`trl_config`), scored by :func:`reward_rule` unless ``reward`` (TRL's
@@ -135,14 +156,9 @@ def trl_trainer(setup: dict, model_dir: str, args: Any, reward: Any = None, call
     from skyrl_engine.tasks import load_prompts
 
     rows = load_prompts([setup["data"]])
-    if reward is None:
-        score = reward_rule(setup)
-
-        def reward(completions, ground_truth, **_):
-            return [score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
-
     data = Dataset.from_list([{"prompt": r.prompt, "ground_truth": str(r.ground_truth)} for r in rows])
-    return GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), reward_funcs=reward,
+    return GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                       reward_funcs=reward or trl_reward(setup),
                        args=args, train_dataset=data, processing_class=AutoTokenizer.from_pretrained(model_dir),
                        callbacks=list(callbacks))
 

@@ -32,12 +32,14 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
 
 from vs_trl import (  # noqa: E402
     SETUPS,
+    add_noise,
     model_dir_for,
     report,
     reward_rule,
     run_parts,
     skyrl_config,
     trl_config,
+    trl_reward,
     trl_trainer,
 )
 
@@ -59,10 +61,7 @@ def sample(work: str, model_seed: int, sample_seed: int, noise: float) -> None:
     tok = load_tokenizer(model_dir)
     model = load_model(model_dir)
     if noise:  # the sampler's copy only: a policy whose samples are longer and more varied
-        torch.manual_seed(123)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn_like(p) * noise)
+        add_noise(model, noise)
     n = SETUP["group"]
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(sample_seed))[: SETUP["prompts"]].tolist()
     picked = [rows[i] for i in order]
@@ -125,12 +124,12 @@ def trl_grad(work: str, model_seed: int) -> None:
     torch.set_num_threads(1)
     d = torch.load(os.path.join(work, "batch.pt"), weights_only=False)
     n, saved = d["group"], [list(c) for c in d["completion_ids"]]
-    score = reward_rule(SETUP)
+    rule = trl_reward(SETUP)
 
     def reward(completions, ground_truth, **_):
         if d["rewards_set_by_hand"]:
             return [float(r) for r in d["rewards"]]
-        return [score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)]
+        return rule(completions, ground_truth)
 
     trainer = trl_trainer(SETUP, d["model_dir"], trl_config(SETUP, 1, model_seed, os.path.join(work, "trl_out")), reward)
     trl_prompt_ids = [list(map(int, p)) for p in trainer._tokenize_prompts(d["prompts"])[0]]

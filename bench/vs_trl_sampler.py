@@ -77,10 +77,10 @@ def trl_part(work: str, model_dir: str, seed: int, passes: int) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     rows = load_prompts([SETUP["data"]])
-    score, scored = vs_trl.reward_rule(SETUP), []
+    rule, scored = vs_trl.trl_reward(SETUP), []
 
-    def reward(completions, ground_truth, **_):  # the setup's rule, as trl_trainer's default, each reward kept
-        scored.append([score(c[0]["content"], g) for c, g in zip(completions, ground_truth, strict=True)])
+    def reward(completions, ground_truth, **_):  # trl_trainer's default rule, each batch's rewards kept
+        scored.append(rule(completions, ground_truth))
         return scored[-1]
 
     trainer = vs_trl.trl_trainer(SETUP, model_dir, vs_trl.trl_config(SETUP, 1, seed, os.path.join(work, "trl_out")), reward)
@@ -111,10 +111,7 @@ def noised_copy(model_dir: str, noise: float) -> str:
     out = os.path.join(tempfile.mkdtemp(prefix="skyrl-bench-noised-"), "model")
     shutil.copytree(model_dir, out)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    torch.manual_seed(123)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * noise)
+    vs_trl.add_noise(model, noise)
     model.save_pretrained(out)
     return out
 
