@@ -18,7 +18,11 @@ curve: the worst step, the first steps past 1e-3 and 1e-1, and each 100 steps' l
 own sampler-to-trainer gap for scale. The replay stops with an error if TRL tokenises a prompt to other ids or scores a
 step otherwise than skyrl-nb did.
 
+``--grpo-epsilon`` sets skyrl-nb's group-std constant (SkyRL's 1e-6) to another value for the run, e.g. TRL's 1e-4.
+
     .venv/bin/python bench/vs_trl_replay.py --model-seed 2 --seed 12 --out bench/results/vs_trl_replay.json
+    .venv/bin/python bench/vs_trl_replay.py --model-seed 2 --seed 12 --steps 400 --controls "" --grpo-epsilon 1e-4 --out bench/results/vs_trl_replay_eps1e-4.json
+    .venv/bin/python bench/vs_trl_replay.py --model-seed 2 --seed 30 --steps 400 --out bench/results/vs_trl_replay_seed30.json
 """
 
 from __future__ import annotations
@@ -186,7 +190,7 @@ def compare(work: str, lr_scales: list[float]) -> dict:
     base = trl[1.0]
     rewards = run["reward"]
     result = {
-        "steps": len(sampler), "rewards_identical_every_step": True,
+        "steps": len(sampler), "rewards_identical_every_step": True,  # trl_replay stops with an error otherwise
         "skyrl_reward_first_10_last_10": [round(sum(rewards[:10]) / len(rewards[:10]), 4),
                                           round(sum(rewards[-10:]) / len(rewards[-10:]), 4)],
         "skyrl_sampler_vs_own_trainer_gap_max": max(run["self_gap_max"]),
