@@ -35,7 +35,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
 
-from vs_trl import SETUPS, model_dir_for, report, run_parts, skyrl_config, trl_config, trl_reward, trl_trainer  # noqa: E402
+from vs_trl import (  # noqa: E402
+    SETUPS,
+    model_dir_for,
+    report,
+    run_parts,
+    skyrl_trainer,
+    trl_config,
+    trl_reward,
+    trl_trainer,
+)
 
 SETUP = SETUPS["tiny"]
 
@@ -45,19 +54,12 @@ def skyrl_run(work: str, model_seed: int, seed: int, steps: int, grpo_epsilon: f
     ``grpo_epsilon``: the constant added to a group's reward std, in place of skyrl-nb's (SkyRL's) 1e-6."""
     import torch
 
-    from skyrl_core.runs import RunReader, RunWriter
+    from skyrl_core.runs import RunReader
     from skyrl_engine import algorithms
-    from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import RLTrainer
-    from skyrl_engine.workers import Workers
 
     if grpo_epsilon is not None:
         algorithms.GRPO_EPSILON = grpo_epsilon
-    model_dir = model_dir_for(SETUP, model_seed)
-    cfg = skyrl_config(SETUP, steps, 1, seed, os.path.join(work, "skyrl"), model_dir)
-    train = load_prompts(cfg.data.train_data)
-    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True)
-    trainer = RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, [])
+    trainer, model_dir = skyrl_trainer(SETUP, steps, 1, seed, os.path.join(work, "skyrl"), model_dir_for(SETUP, model_seed))
     n = SETUP["group"]
     steps_seen: list[dict] = []
     generate_step = trainer.generate_step
@@ -79,20 +81,20 @@ def skyrl_run(work: str, model_seed: int, seed: int, steps: int, grpo_epsilon: f
 
     trainer.generate_step = recording
     trainer.train()
-    metrics = RunReader(cfg.run_dir).metrics()
+    metrics = RunReader(trainer.cfg.run_dir).metrics()
     torch.save({"model_dir": model_dir, "steps": steps_seen,
                 "self_gap_max": [m["policy/rollout_train_logprobs_abs_diff_max"] for m in metrics],
                 "reward": [m["reward/avg_raw_reward"] for m in metrics]}, os.path.join(work, "run.pt"))
 
 
-def trl_replay(work: str, seed: int, lr_scale: float) -> list[list[list[float]]]:
-    """TRL's trainer (learning rate times ``lr_scale``) on the recorded batches, in order; returns, per step and
-    per recorded sample, TRL's log-probs of its tokens before that step's update (run with the TRL env's python)."""
+def trl_replay(run: dict, work: str, seed: int, lr_scale: float) -> list[list[list[float]]]:
+    """TRL's trainer (learning rate times ``lr_scale``) on the recorded batches of ``run`` (:func:`skyrl_run`'s),
+    in order; returns, per step and per recorded sample, TRL's log-probs of its tokens before that step's update (run
+    with the TRL env's python)."""
     import torch
     from datasets import Dataset
 
     torch.set_num_threads(1)
-    run = torch.load(os.path.join(work, "run.pt"), weights_only=False)
     recorded = run["steps"]
     n = SETUP["group"]
     args = trl_config(SETUP, len(recorded), seed, os.path.join(work, f"trl_out_{lr_scale}"))
@@ -153,7 +155,8 @@ def trl_replays(work: str, seed: int, lr_scales: list[float]) -> None:
     """:func:`trl_replay` at each learning-rate scale -> ``<work>/trl.pt``."""
     import torch
 
-    torch.save({scale: trl_replay(work, seed, scale) for scale in lr_scales}, os.path.join(work, "trl.pt"))
+    run = torch.load(os.path.join(work, "run.pt"), weights_only=False)
+    torch.save({scale: trl_replay(run, work, seed, scale) for scale in lr_scales}, os.path.join(work, "trl.pt"))
 
 
 def gaps(a: list[list[list[float]]], b: list[list[list[float]]]) -> list[tuple[float, float]]:
@@ -188,17 +191,17 @@ def compare(work: str, lr_scales: list[float]) -> dict:
     trl = torch.load(os.path.join(work, "trl.pt"), weights_only=False)
     sampler = [r["logprobs"] for r in run["steps"]]
     base = trl[1.0]
+    curves = {"trl_vs_skyrl_sampler": gaps(base, sampler),
+              **{f"trl_lr_x{scale}_vs_trl": gaps(trl[scale], base) for scale in lr_scales if scale != 1.0}}
     rewards = run["reward"]
     result = {
         "steps": len(sampler), "rewards_identical_every_step": True,  # trl_replay stops with an error otherwise
         "skyrl_reward_first_10_last_10": [round(sum(rewards[:10]) / len(rewards[:10]), 4),
                                           round(sum(rewards[-10:]) / len(rewards[-10:]), 4)],
         "skyrl_sampler_vs_own_trainer_gap_max": max(run["self_gap_max"]),
-        "trl_vs_skyrl_sampler": summary(gaps(base, sampler)),
-        "controls": {f"trl_lr_x{scale}_vs_trl": summary(gaps(trl[scale], base)) for scale in lr_scales if scale != 1.0},
-        "gap_max_per_step": {"trl_vs_skyrl_sampler": [float(f"{m:.3g}") for m, _ in gaps(base, sampler)],
-                             **{f"trl_lr_x{scale}_vs_trl": [float(f"{m:.3g}") for m, _ in gaps(trl[scale], base)]
-                                for scale in lr_scales if scale != 1.0}},
+        "trl_vs_skyrl_sampler": summary(curves["trl_vs_skyrl_sampler"]),
+        "controls": {name: summary(curve) for name, curve in curves.items() if name != "trl_vs_skyrl_sampler"},
+        "gap_max_per_step": {name: [float(f"{m:.3g}") for m, _ in curve] for name, curve in curves.items()},
     }
     return result
 
