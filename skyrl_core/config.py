@@ -43,6 +43,7 @@ from skyrl_core.choices import (
     LossReduction,
     Precision,
     ResumeMode,
+    RunState,
     Scheduler,
     SequenceMaskMetric,
     Strategy,
@@ -64,6 +65,11 @@ BUILTIN_PREFIX = "builtin://"
 BUILTIN_MODELS = ("builtin://tiny-qwen2", "builtin://smollm2-135m-instruct")
 BUILTIN_DATASETS = ("builtin://arithmetic/train", "builtin://arithmetic/test", "builtin://text2sql/train",
                     "builtin://text2sql/test", "builtin://word_problems/train", "builtin://word_problems/test")
+# The previous release's tuples of choices, which notebooks read as ``skyrl_nb.config.KL_ESTIMATORS``
+# and the like; the enums in skyrl_core.choices are the source.
+KL_ESTIMATORS, LOSS_REDUCTIONS = tuple(KLEstimator), tuple(LossReduction)
+TIS_RATIO_TYPES, SEQUENCE_MASK_METRICS = tuple(TISRatioType), tuple(SequenceMaskMetric)
+RESUME_MODES, RUN_STATES = tuple(ResumeMode), tuple(RunState)
 
 
 class ConfigError(ValueError):

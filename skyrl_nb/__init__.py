@@ -15,6 +15,9 @@ pyarrow or boto3.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -30,7 +33,6 @@ if TYPE_CHECKING:
 
 # public name -> module it lives in
 _LAZY = {
-    "cluster": None,
     "Cluster": "skyrl_nb.cluster.base",
     "connect": "skyrl_nb.cluster.base",
     "JobConfig": "skyrl_core.config",
@@ -45,17 +47,40 @@ _LAZY = {
     "compare": "skyrl_nb.compare",
 }
 
+#: the public submodules, each imported on first use (`__getattr__` finds any other one too)
+_SUBMODULES = ("cluster", "compare", "config", "dashboard", "demo", "form", "jobs", "magics", "runs", "studio")
+
 __all__ = [
     "ConfigError", "Cluster", "Dashboard", "Job", "JobConfig", "RunReader", "__version__", "cluster", "configure",
     "connect", "list_runs", "load_config", "load_ipython_extension", "open_run",
 ]
 
 
+class _CallableModule(types.ModuleType):
+    """A submodule named like its main function (`skyrl_nb.compare`): calling it calls that function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, self.__name__.rpartition(".")[2])(*args, **kwargs)
+
+
+class _Package(types.ModuleType):
+    # Importing `skyrl_nb.compare` anywhere sets the package attribute to the module: keep it callable.
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "compare" and type(value) is types.ModuleType:
+            value.__class__ = _CallableModule
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'skyrl_nb' has no attribute {name!r}")
-    module = _LAZY[name]
-    if module is None:  # a subpackage
+    module = _LAZY.get(name)
+    if module is None:
+        # Any public submodule (`skyrl_nb.runs`, `skyrl_nb.config`, `skyrl_nb.jobs`, ...) resolves after a
+        # bare `import skyrl_nb`, as it did when notebooks of the previous release were written.
+        if name.startswith("_") or importlib.util.find_spec(f"skyrl_nb.{name}") is None:
+            raise AttributeError(f"module 'skyrl_nb' has no attribute {name!r}")
         return importlib.import_module(f"skyrl_nb.{name}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
@@ -63,7 +88,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
 
 def load_ipython_extension(ipython: Any) -> None:

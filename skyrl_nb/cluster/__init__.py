@@ -11,6 +11,7 @@ Everything is imported on first use, so `import skyrl_nb.cluster` stays cheap.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -59,7 +60,10 @@ sys.modules[__name__].__class__ = _Package
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'skyrl_nb.cluster' has no attribute {name!r}")
+        # any public submodule (`skyrl_nb.cluster.base`, `.kube`, ...) resolves without its own import
+        if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module 'skyrl_nb.cluster' has no attribute {name!r}")
+        return importlib.import_module(f"{__name__}.{name}")
     mod = importlib.import_module(module)
     if name in _CALLABLE_SUBMODULES:
         return getattr(sys.modules[__name__], name)
