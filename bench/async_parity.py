@@ -8,8 +8,8 @@ turning it on (token-level TIS, skyrl-nb's async default since 2026-12-03, seque
 after the other. The rise is the notebook's figure (``reward_change``: mean of the first and last 20
 steps). Goal: ``async`` rises at least as much as ``sync`` less 0.03.
 
-    .venv/bin/python bench/async_parity.py --out bench/results/async_parity.json
-    .venv/bin/python bench/async_parity.py --estimators gae --extra trainer.algorithm.off_policy_correction.tis_ratio_type=sequence
+    .venv/bin/python -m bench async_parity --out bench/results/async_parity.json
+    .venv/bin/python -m bench async_parity --estimators gae --extra trainer.algorithm.off_policy_correction.tis_ratio_type=sequence
 
 One seed says little: sync and async part ways at step 2, and the sync rise alone spreads by +-0.15 over seeds.
 ``--seeds`` runs every arm once per ``trainer.seed`` and reports the mean paired gap with its standard error;
@@ -17,7 +17,7 @@ One seed says little: sync and async part ways at step 2, and the sync rise alon
 sampling and the value head's init alone (``trainer.seed`` also picks the built-in model's warm start, and some
 seeds start near the reward ceiling):
 
-    .venv/bin/python bench/async_parity.py --estimators gae --seeds 42,1,2,3,4,5 --model-seed 42
+    .venv/bin/python -m bench async_parity --estimators gae --seeds 42,1,2,3,4,5 --model-seed 42
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from train_job import private_ray_env, train_job
-from vs_trl import SETUPS, model_dir_for
+from bench.train_job import private_ray_env, train_job
+from bench.vs_trl import SETUPS, model_dir_for
 
 GOAL = 0.03
 

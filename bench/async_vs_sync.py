@@ -5,7 +5,7 @@ Both runs: the quickstart (built-in tiny model, arithmetic, 16 prompts × 8 samp
 one CPU each (torch 1 thread each) on a private local Ray cluster — for ``--steps`` steps from the same
 initial weights. Only the training loop is timed (actors are up and warm before the clock starts).
 
-    .venv/bin/python bench/async_vs_sync.py --steps 30 --out bench/results/async_vs_sync.json
+    .venv/bin/python -m bench async_vs_sync --steps 30 --out bench/results/async_vs_sync.json
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "backend"))
 
 STEP_KEYS = (
     "timing/step", "timing/generate", "timing/policy_train", "timing/sync_weights", "timing/wait_for_batch",

@@ -13,7 +13,7 @@ Each repetition times, back to back (interleaved, so load changes hit all alike)
 in-process engine, and says so, if a local Ray cluster cannot start). Prints one JSON line and
 writes it to ``bench/results/engine_vs_bare.json``.
 
-    .venv/bin/python bench/engine_vs_bare.py [--reps 20] [--threads 1]
+    .venv/bin/python -m bench engine_vs_bare [--reps 20] [--threads 1]
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
+
+from bench import RESULTS
 
 
 def bare_grpo_step(model, optimizer, tokenizer, rows, n: int, max_len: int, generator) -> float:
@@ -83,12 +84,12 @@ def bare_grpo_step(model, optimizer, tokenizer, rows, n: int, max_len: int, gene
     return float(rewards.mean())
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-ray", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -184,7 +185,7 @@ def main() -> int:
         ray_trainer.workers.shutdown()
     if connection is not None:
         connection.close()
-    out = Path(__file__).resolve().parent / "results" / "engine_vs_bare.json"
+    out = RESULTS / "engine_vs_bare.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))

@@ -10,17 +10,18 @@ builds a randomly initialised Qwen2 of ~300 M parameters (no download), then tim
 
 and prints ``{"generate_tokens_per_s", "train_tokens_per_s", "step_s", ...}``.
 
-``--scale-out`` instead runs ``bench/scale_out.py``'s comparison on the GPUs: the engine's quickstart on
+``--scale-out`` instead runs ``python -m bench scale_out``'s comparison on the GPUs: the engine's quickstart on
 its two models (tiny, ~10M parameters) with 1 policy rank and with N = every visible GPU (FSDP2, NCCL),
 colocated with the generator as SkyRL runs on GPUs, one arm after the other; step time, tokens/s and
 per-rank resident bytes side by side. It needs the repository's engine and at least 2 GPUs (with fewer
 it says so and exits 0).
 
-    python bench/gpu_check.py                        # CUDA, bf16, ~300 M params
-    python bench/gpu_check.py --device cpu --tiny    # a seconds-long smoke run anywhere
-    python bench/gpu_check.py --out gpu_check.json
-    python bench/gpu_check.py --scale-out --out gpu_scale_out.json
-    python bench/gpu_check.py --skyrl --out gpu_skyrl.json   # a few real SkyRL steps into a run store
+    .venv/bin/python -m bench gpu_check --device cpu --tiny    # a seconds-long smoke run anywhere
+    # on a GPU machine with torch + transformers but no install of this repo, from the repo root:
+    PYTHONPATH=backend python -m bench gpu_check                        # CUDA, bf16, ~300 M params
+    PYTHONPATH=backend python -m bench gpu_check --out gpu_check.json
+    PYTHONPATH=backend python -m bench gpu_check --scale-out --out gpu_scale_out.json
+    PYTHONPATH=backend python -m bench gpu_check --skyrl --out gpu_skyrl.json   # a few real SkyRL steps into a run store
 
 ``--skyrl`` runs SkyRL's own trainer (``run.engine: skyrl``, through ``python -m skyrl_engine.skyrl_bridge``)
 for ``--skyrl-steps`` steps of the quickstart with the built-in tiny model on one GPU (vLLM engine colocated
@@ -38,8 +39,6 @@ import os
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backend"))
 
 SIZES = {
     # ~304 M parameters: 24 layers of hidden 1024 (GQA 16/4 heads), 32 k vocabulary.
@@ -171,7 +170,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def scale_out(args: argparse.Namespace) -> dict:
-    """``bench/scale_out.py``'s 1-vs-N policy ranks comparison with N = the visible GPUs; the JSON-able report
+    """``python -m bench scale_out``'s 1-vs-N policy ranks comparison with N = the visible GPUs; the JSON-able report
     (``{"skipped": why}`` with fewer than 2 GPUs)."""
     import tempfile
 
@@ -182,8 +181,7 @@ def scale_out(args: argparse.Namespace) -> dict:
         return {"skipped": f"the 1-vs-N comparison needs at least 2 CUDA devices; {gpus} visible"}
     import ray
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from scale_out import base_config, bench_models, compare_ranks
+    from bench.scale_out import base_config, bench_models, compare_ranks
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=gpus, include_dashboard=False,

@@ -1,6 +1,6 @@
 """Scale check for the trajectory inspector: a 10k-step, 100k-trajectory run store.
 
-    .venv/bin/python bench/inspector_scale.py [--steps 10000] [--per-step 10] [--keep DIR]
+    .venv/bin/python -m bench inspector_scale [--steps 10000] [--per-step 10] [--keep DIR]
 
 Builds a synthetic run store with pyarrow in a temp dir (same layout and columns as the engine writes,
 per-token data included), then, in a fresh child process so the builder's memory does not count:

@@ -1,6 +1,6 @@
 """Draw docs/benchmarks.svg from the three benchmark results (plain SVG, no plotting library).
 
-    .venv/bin/python bench/plot_benchmarks.py          # reads bench/results/{async_vs_sync,sampler_vs_vllm,vs_trl}.json
+    .venv/bin/python -m bench plot          # reads bench/results/{async_vs_sync,sampler_vs_vllm,vs_trl}.json
 
 Panels: sync vs one-step async steps/s; torch sampler vs vLLM-CPU generation tokens/s; skyrl-nb vs
 TRL tokens/s; skyrl-nb vs TRL training reward per step. A missing result leaves its panel empty.

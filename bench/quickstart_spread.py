@@ -11,7 +11,7 @@ Arms (each ``python -m skyrl_engine train --config quickstart``, one thread):
 - ``seed2``: another seed (another warm start and other batches);
 - ``no-learning``: ``lr=1e-9``, the same data and sampling with no learning: the rise noise alone gives.
 
-    .venv/bin/python bench/quickstart_spread.py --out bench/results/quickstart_spread.json
+    .venv/bin/python -m bench quickstart_spread --out bench/results/quickstart_spread.json
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from train_job import private_ray_env, train_job
+from bench.train_job import private_ray_env, train_job
 
 #: arm -> (environment variables, overrides, build the tiny model afresh in its own model cache)
 ARMS: dict[str, tuple[dict[str, str], list[str], bool]] = {

@@ -11,7 +11,7 @@ arms see the same load. Where rfc3987_syntax is not installed (this project's .v
 the same and the ratio is ~1; to see the cost, put jsonschema 4.26 and rfc3987-syntax in front:
 
     .venv/bin/python -m pip install -q --target /tmp/rfc "jsonschema==4.26.0" rfc3987-syntax
-    PYTHONPATH=/tmp/rfc .venv/bin/python bench/ray_process_costs.py [--reps 5] [--shutdown]
+    PYTHONPATH=/tmp/rfc .venv/bin/python -m bench ray_process_costs [--reps 5] [--shutdown]
 
 ``--shutdown`` also starts the embedded local cluster twice and times ``shutdown(grace=15)`` (what it
 did before) and ``shutdown()`` (3 s), checking that nothing of the head's process group is left.
@@ -27,7 +27,8 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from bench import RESULTS
 
 BLOCKED = "import sys; sys.modules['rfc3987_syntax'] = None; import ray"
 PLAIN = "import ray"
@@ -69,12 +70,12 @@ def _shutdown_seconds(grace: float) -> float:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--python", default=sys.executable, help="the interpreter whose ray is measured")
     parser.add_argument("--shutdown", action="store_true", help="also time LocalCluster.shutdown, 15 s vs 3 s grace")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     has_rfc = subprocess.run([args.python, "-c", "import rfc3987_syntax"], capture_output=True).returncode == 0
     jsonschema = subprocess.run([args.python, "-c", "import jsonschema; print(jsonschema.__file__)"],
                                 capture_output=True, text=True).stdout.strip()
@@ -97,9 +98,10 @@ def main() -> None:
         result.update(shutdown_grace15_s=round(old, 1), shutdown_grace3_s=round(new, 1),
                       shutdown_ratio=round(old / new, 1))
     print(json.dumps(result))
-    out = Path(__file__).resolve().parent / "results" / "ray_process_costs.json"
+    out = RESULTS / "ray_process_costs.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

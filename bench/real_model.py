@@ -12,7 +12,7 @@ score before training and at the end, seconds per step (and its generate / train
 tokens per second, bytes per weight sync, the job's peak resident memory (its ``ru_maxrss``), and the load
 average around it.
 
-    .venv/bin/python bench/real_model.py --steps 60 --out bench/results/real_model.json
+    .venv/bin/python -m bench real_model --steps 60 --out bench/results/real_model.json
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from train_job import train_job
+from bench.train_job import train_job
 
 WINDOW = 10
 ARMS = {

@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULT = ROOT / "bench" / "results" / "s3_dashboard.json"
+from bench import RESULTS, ROOT
+
+RESULT = RESULTS / "s3_dashboard.json"
 TARGETS = {"refresh_ms_median": 200.0, "requests_per_refresh_max": 4}
 
 
@@ -101,15 +100,19 @@ def measure(server: Any, steps: int = 1000, refreshes: int = 50) -> dict[str, An
             "idle_refresh_requests": idle}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--refreshes", type=int, default=50)
-    args = parser.parse_args()
-    sys.path.insert(0, str(ROOT / "tests"))
+    args = parser.parse_args(argv)
+    import importlib.util
     import os
 
-    from s3_server import moto_s3
+    # the tests' local S3 server (moto in its own process), loaded from its file: tests/ is no package
+    spec = importlib.util.spec_from_file_location("s3_server", ROOT / "tests" / "s3_server.py")
+    s3_server = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(s3_server)
+    moto_s3 = s3_server.moto_s3
 
     with moto_s3() as server:
         os.environ.update(server.env)
@@ -120,7 +123,8 @@ def main() -> None:
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

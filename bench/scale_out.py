@@ -8,10 +8,10 @@ expected: the 2-rank figures are the overhead of the collective path (gloo all-g
 reduce-scatters every layer). Per-rank resident parameter + AdamW bytes come from the workers'
 ``policy/rank_resident_bytes_max``.
 
-    .venv/bin/python bench/scale_out.py [--steps 6] [--threads 1]
+    .venv/bin/python -m bench scale_out [--steps 6] [--threads 1]
 
 Its pieces (:func:`base_config`, :func:`bench_models`, :func:`compare_ranks`) also run the same comparison
-on GPUs: ``bench/gpu_check.py --scale-out``. Prints one JSON line and writes it to
+on GPUs: ``python -m bench gpu_check --scale-out``. Prints one JSON line and writes it to
 ``bench/results/scale_out.json``. Needs 5 Ray CPUs (logical: it starts a private cluster with 5 on any
 machine; only one run computes at a time).
 """
@@ -22,15 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "backend")]
+from bench import ROOT
 
 
 def ten_million_model(base_dir: str, out_dir: str) -> str:
@@ -155,11 +152,11 @@ def summarize(rows: dict[int, list[dict]]) -> dict[str, Any]:
     return arms
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="measured steps per arm (after one warm-up)")
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from skyrl_engine.placement import start_private_ray
 

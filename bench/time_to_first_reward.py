@@ -1,6 +1,6 @@
 """Time from starting papermill on the quickstart to the first reward point in the run store.
 
-    .venv/bin/python bench/time_to_first_reward.py [--steps 10] [--fresh-cluster]
+    .venv/bin/python -m bench time_to_first_reward [--steps 10] [--fresh-cluster]
 
 Starts `python -m papermill notebooks/quickstart.ipynb` as a subprocess, polls
 `<run_root>/<run_id>/metrics.jsonl` for the first row carrying `reward/avg_raw_reward`, then lets
@@ -105,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.isolated:
         env["SKYRL_NB_CACHE_DIR"] = tempfile.mkdtemp(prefix="ttfr-", dir="/tmp")
 
-    sys.path.insert(0, str(REPO))
     from skyrl_nb.cluster import local
     from skyrl_nb.demo import ensure_kernel
 

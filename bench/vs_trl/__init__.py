@@ -21,9 +21,9 @@ the median over seeds. reward = mean training reward of the last ``--tail`` step
 of samples on both sides; the summary takes the mean over seeds. A side whose loop ran under a
 minute is flagged (``short_loops``): its tokens/s swings with the load.
 
-    .venv/bin/python bench/vs_trl.py --model tiny --steps 1200 --seeds 42,1,2,3,4 --out bench/results/vs_trl.json
-    .venv/bin/python bench/vs_trl.py --model tiny --steps 1200 --seeds 5,6,7 --model-seed 2 --out bench/results/vs_trl_warm2_seeds.json
-    .venv/bin/python bench/vs_trl.py --model smollm2 --steps 4 --seeds 42,1 --out bench/results/vs_trl_smollm2.json
+    .venv/bin/python -m bench vs_trl --model tiny --steps 1200 --seeds 42,1,2,3,4 --out bench/results/vs_trl.json
+    .venv/bin/python -m bench vs_trl --model tiny --steps 1200 --seeds 5,6,7 --model-seed 2 --out bench/results/vs_trl_warm2_seeds.json
+    .venv/bin/python -m bench vs_trl --model smollm2 --steps 4 --seeds 42,1 --out bench/results/vs_trl_smollm2.json
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "backend"))
-sys.path.insert(0, str(ROOT))
+from bench import ROOT, child_env, module_command
 
 SETUPS: dict[str, dict] = {
     "tiny": {"preset": "quickstart", "data": "builtin://arithmetic/train", "prompts": 16, "group": 8,
@@ -200,14 +198,15 @@ def trl_python() -> str:
     ).stdout.strip().splitlines()[-1]
 
 
-def run_parts(script: str, parts: list[str], args: list[str]) -> str:
-    """``script --part P --workdir W *args`` for each part in turn, the ``trl`` part with the TRL env's python and
+def run_parts(module: str, parts: list[str], args: list[str]) -> str:
+    """``python -m <module> --part P --workdir W *args`` for each part in turn, the ``trl`` part with the TRL env's python and
     the others with this one; returns the work directory W they share."""
-    work = tempfile.mkdtemp(prefix=f"skyrl-bench-{Path(script).stem}-")
+    work = tempfile.mkdtemp(prefix=f"skyrl-bench-{module.rsplit('.', 1)[-1]}-")
     trl_env = trl_python() if "trl" in parts else ""
     for part in parts:
-        subprocess.run([trl_env if part == "trl" else sys.executable, script, "--part", part, "--workdir", work, *args],
-                       check=True, cwd=ROOT)
+        subprocess.run(module_command(trl_env if part == "trl" else sys.executable, module,
+                                      ["--part", part, "--workdir", work, *args]),
+                       check=True, cwd=ROOT, env=child_env())
     return work
 
 
@@ -245,10 +244,10 @@ def _summary(side: dict, tail: int, load: tuple[float, float]) -> dict:
 
 def _run_side(python: str, side: str, args: argparse.Namespace, seed: int, work: str, model_dir: str = "") -> dict:
     """One side as its own subprocess; its JSON result (it prints one line last)."""
-    cmd = [python, __file__, "--side", side, "--model", args.model, "--steps", str(args.steps),
-           "--threads", str(args.threads), "--seeds", str(seed), "--workdir", os.path.join(work, f"{side}-{seed}"),
-           "--model-dir", model_dir]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=7200, cwd=ROOT)
+    cmd = module_command(python, "bench.vs_trl", [
+        "--side", side, "--model", args.model, "--steps", str(args.steps), "--threads", str(args.threads),
+        "--seeds", str(seed), "--workdir", os.path.join(work, f"{side}-{seed}"), "--model-dir", model_dir])
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=7200, cwd=ROOT, env=child_env())
     if done.returncode != 0:
         raise SystemExit(f"{side} side failed (exit {done.returncode}): {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -333,6 +332,3 @@ def main(argv: list[str] | None = None) -> int:
     report(result, args.out, {k: v for k, v in result.items() if k not in ("rewards", "per_seed")})
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Do skyrl-nb and TRL's GRPOTrainer compute the same update for the same batch? One batch, both losses, gradients compared.
 
-``bench/vs_trl.py`` runs the two loops side by side; this checks the step itself. One batch of the tiny setup
+``python -m bench vs_trl`` runs the two loops side by side; this checks the step itself. One batch of the tiny setup
 (16 prompts × 8 samples, ≤ 8 new tokens, temperature 1) is sampled once with skyrl-nb's sampler from the
 warm start of ``--model-seed`` and scored with the arithmetic reward. Then:
 
@@ -16,8 +16,8 @@ cosine and relative difference of the whole gradient and of its worst tensors. `
 of the model with N(0, S) added to its weights (so the sampler's log-probs are not the trained model's; longer, truncated and padded completions; with fewer than four
 groups of mixed reward, samples 0 and 3 of the first eight groups are given reward 1, through both reward paths).
 
-    .venv/bin/python bench/vs_trl_one_batch.py --model-seed 2 --out bench/results/vs_trl_one_batch.json
-    .venv/bin/python bench/vs_trl_one_batch.py --model-seed 2 --noise 0.1 --out bench/results/vs_trl_one_batch_noisy.json
+    .venv/bin/python -m bench vs_trl.one_batch --model-seed 2 --out bench/results/vs_trl_one_batch.json
+    .venv/bin/python -m bench vs_trl.one_batch --model-seed 2 --noise 0.1 --out bench/results/vs_trl_one_batch_noisy.json
 """
 
 from __future__ import annotations
@@ -25,12 +25,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
-
-from vs_trl import (  # noqa: E402
+from bench.vs_trl import (  # noqa: E402
     SETUPS,
     add_noise,
     model_dir_for,
@@ -208,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "trl":
         trl_grad(args.workdir, args.model_seed)
         return 0
-    work = run_parts(__file__, ["sample", "skyrl", "trl"], ["--model-seed", str(args.model_seed),
+    work = run_parts("bench.vs_trl.one_batch", ["sample", "skyrl", "trl"], ["--model-seed", str(args.model_seed),
                      "--sample-seed", str(args.sample_seed), "--noise", str(args.noise)])
     report({"bench": "vs_trl_one_batch", "model_seed": args.model_seed, "sample_seed": args.sample_seed,
             "noise": args.noise, **compare(work)}, args.out)

@@ -1,6 +1,6 @@
 """Do skyrl-nb's trainer and TRL's GRPOTrainer stay the same function over a whole run? One skyrl-nb run, replayed.
 
-``bench/vs_trl_one_batch.py`` compares the two updates for one batch from the warm start, where the ratio is 1 and
+``python -m bench vs_trl.one_batch`` compares the two updates for one batch from the warm start, where the ratio is 1 and
 the optimizer has no state; this follows a whole run. A real skyrl-nb tiny run (``vs_trl.skyrl_config``, the
 bench's settings, ``--seed``, from the warm start of ``--model-seed``) records every step's batch: the prompts,
 the sampled tokens (EOS kept), the sampler's log-prob of each and the rewards. Then TRL's ``GRPOTrainer``, built as
@@ -20,9 +20,9 @@ step otherwise than skyrl-nb did.
 
 ``--grpo-epsilon`` sets skyrl-nb's group-std constant (SkyRL's 1e-6) to another value for the run, e.g. TRL's 1e-4.
 
-    .venv/bin/python bench/vs_trl_replay.py --model-seed 2 --seed 12 --out bench/results/vs_trl_replay.json
-    .venv/bin/python bench/vs_trl_replay.py --model-seed 2 --seed 12 --steps 400 --controls "" --grpo-epsilon 1e-4 --out bench/results/vs_trl_replay_eps1e-4.json
-    .venv/bin/python bench/vs_trl_replay.py --model-seed 2 --seed 30 --steps 400 --out bench/results/vs_trl_replay_seed30.json
+    .venv/bin/python -m bench vs_trl.replay --model-seed 2 --seed 12 --out bench/results/vs_trl_replay.json
+    .venv/bin/python -m bench vs_trl.replay --model-seed 2 --seed 12 --steps 400 --controls "" --grpo-epsilon 1e-4 --out bench/results/vs_trl_replay_eps1e-4.json
+    .venv/bin/python -m bench vs_trl.replay --model-seed 2 --seed 30 --steps 400 --out bench/results/vs_trl_replay_seed30.json
 """
 
 from __future__ import annotations
@@ -30,12 +30,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
-
-from vs_trl import (  # noqa: E402
+from bench.vs_trl import (  # noqa: E402
     SETUPS,
     model_dir_for,
     report,
@@ -226,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "trl":
         trl_replays(args.workdir, args.seed, lr_scales)
         return 0
-    work = run_parts(__file__, ["skyrl", "trl"], ["--model-seed", str(args.model_seed), "--seed", str(args.seed),
+    work = run_parts("bench.vs_trl.replay", ["skyrl", "trl"], ["--model-seed", str(args.model_seed), "--seed", str(args.seed),
                      "--steps", str(args.steps), "--controls", args.controls,
                      *(["--grpo-epsilon", str(args.grpo_epsilon)] if args.grpo_epsilon is not None else [])])
     result = {"bench": "vs_trl_replay", "model_seed": args.model_seed, "seed": args.seed,

@@ -1,6 +1,6 @@
 """Do skyrl-nb and TRL's GRPOTrainer sample from the same distribution? Many batches, no training, rewards compared.
 
-``bench/vs_trl_one_batch.py`` shows that the two compute the same update for the same batch; this checks the
+``python -m bench vs_trl.one_batch`` shows that the two compute the same update for the same batch; this checks the
 other half of a step, the samples the update is computed from. From the tiny model's warm start of
 ``--model-seed`` (no optimizer step on either side), every prompt of the tiny setup's data is sampled
 ``group`` times per pass, ``--passes`` passes, in batches of the setup's ``prompts``:
@@ -19,8 +19,8 @@ completion is a digit or two and EOS; ``--noise S`` samples from a copy of the m
 weights (the same copy on both sides), whose completions run to the length cap, so padding, truncation and the
 EOS handling are compared too.
 
-    .venv/bin/python bench/vs_trl_sampler.py --model-seed 2 --out bench/results/vs_trl_sampler.json
-    .venv/bin/python bench/vs_trl_sampler.py --model-seed 2 --noise 0.1 --out bench/results/vs_trl_sampler_noisy.json
+    .venv/bin/python -m bench vs_trl.sampler --model-seed 2 --out bench/results/vs_trl_sampler.json
+    .venv/bin/python -m bench vs_trl.sampler --model-seed 2 --noise 0.1 --out bench/results/vs_trl_sampler_noisy.json
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "backend"), str(ROOT)]
-
-import vs_trl  # noqa: E402
+from bench import (
+    vs_trl,  # noqa: E402
+)
 
 SETUP = vs_trl.SETUPS["tiny"]
 
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = vs_trl.model_dir_for(SETUP, args.model_seed)  # built once, here, before either side reads it
     if args.noise:
         model_dir = noised_copy(model_dir, args.noise)
-    work = vs_trl.run_parts(__file__, ["skyrl", "trl"], ["--model-seed", str(args.model_seed), "--model-dir", model_dir,
+    work = vs_trl.run_parts("bench.vs_trl.sampler", ["skyrl", "trl"], ["--model-seed", str(args.model_seed), "--model-dir", model_dir,
                                                   "--passes", str(args.passes)])
     sides = {k: summary(json.loads(Path(work, f"{k}.json").read_text())) for k in ("skyrl", "trl")}
     diff = sides["skyrl"]["reward_mean"] - sides["trl"]["reward_mean"]

@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_gpu_check_runs_on_cpu(tmp_path) -> None:
     out = tmp_path / "gpu_check.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--tiny", "--steps", "1",
+        [sys.executable, "-m", "bench", "gpu_check", "--device", "cpu", "--tiny", "--steps", "1",
          "--threads", "1", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -27,9 +27,9 @@ def test_gpu_check_runs_on_cpu(tmp_path) -> None:
     assert report["dtype"] == "fp32" and report["device_name"] == "cpu"
 
 
-def test_plot_draws_every_panel(tmp_path) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import plot_benchmarks
+def test_plot_draws_every_panel(tmp_path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench import plot as plot_benchmarks
 
     (tmp_path / "async_vs_sync.json").write_text(json.dumps(
         {"steps": 5, "speedup_steps_per_s": 1.5, "sync": {"steps_per_s": 2.0}, "one_step": {"steps_per_s": 3.0}}))

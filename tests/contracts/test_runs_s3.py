@@ -114,15 +114,14 @@ def test_list_runs_on_s3(s3: Any) -> None:
     assert list_runs(f"{root}/nothing-here") == []
 
 
-def test_dashboard_following_1000_steps_costs_a_few_requests(s3: Any) -> None:
-    """bench/s3_dashboard.py's measurement: a Dashboard following a 1,000-step S3 run, the "job" writing one
-    step before each refresh: at most 3 requests (LIST, the grown segment's range, status.json) and under
+def test_dashboard_following_1000_steps_costs_a_few_requests(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m bench s3_dashboard``'s measurement: a Dashboard following a 1,000-step S3 run, the "job" writing
+    one step before each refresh: at most 3 requests (LIST, the grown segment's range, status.json) and under
     200 ms per refresh; the LIST alone when nothing changed. Requests are counted by the server."""
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    from s3_dashboard import measure
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
+    from bench.s3_dashboard import measure
 
     result = measure(s3, steps=1000, refreshes=10)
     assert result["requests_per_refresh_max"] <= 3, result

@@ -1,5 +1,5 @@
 """``run.engine: skyrl`` on this side of the bridge, without SkyRL: the translation's command line and its
-one-line refusals, the bridge's run-store writer and ``builtin://`` resolution, and ``bench/gpu_check.py
+one-line refusals, the bridge's run-store writer and ``builtin://`` resolution, and ``python -m bench gpu_check
 --skyrl`` where no GPU is. What SkyRL itself makes of the translation is test_skyrl_oracle.py (in SkyRL's own
 environment); launching (``%skyrl launch --engine skyrl``, the cluster check) is
 tests/notebook/test_skyrl_engine_launch.py."""
@@ -225,15 +225,14 @@ def test_the_bridge_without_skyrl_fails_in_one_line_and_says_so_in_the_run_store
 
 
 def test_gpu_check_skyrl_mode_says_why_it_cannot_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--skyrl"], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "bench", "gpu_check", "--skyrl"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {"skipped": "no CUDA device visible: SkyRL's trainer runs on GPUs only (vLLM "
                                                   "engines, FSDP workers, flash-attn)"}
     # with a GPU but without SkyRL's packages it says that instead
-    spec = importlib.util.spec_from_file_location("gpu_check_for_test", ROOT / "bench" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    monkeypatch.syspath_prepend(str(ROOT))
+    gpu_check = importlib.import_module("bench.gpu_check")
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
