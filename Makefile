@@ -63,6 +63,10 @@ test: oracle-env-bg $(VENV)/.stamp-dev browser-deps
 	  (PYTHON=$(PYTHON) nice -n 10 bash scripts/mlflow_server_env.sh > $$HOME/.cache/skyrl-nb/mlflow-env-build.log 2>&1 &)
 	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q -ra --durations=30 -p no:cacheprovider tests
 
+# The quick benchmarks (bench/README.md): each writes its bench/results/ file; docs/benchmarks.md's table carries the figures.
+bench: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench quick
+
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check .
 

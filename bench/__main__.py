@@ -4,6 +4,7 @@ the quick set (``make bench``), each with its default arguments, results under `
 from __future__ import annotations
 
 import importlib
+import shlex
 import sys
 import time
 
@@ -31,7 +32,7 @@ def main(argv: list[str]) -> int:
                 continue
             started = time.perf_counter()
             print(f"bench quick: {s.name} ...", flush=True)
-            code = _run(s.name, [])
+            code = _run(s.name, shlex.split(s.args))
             print(f"bench quick: {s.name} exit {code} in {time.perf_counter() - started:.0f} s", flush=True)
             if code:
                 failed.append(s.name)

