@@ -131,6 +131,16 @@ class RunSeries:
         return (t[-1] - t[0]) / (len(t) - 1)
 
 
+def samples_per_step(config: dict[str, Any]) -> int:
+    """Rollouts per training step from a run's resolved config (``train_batch_size x n_samples_per_prompt``);
+    0 when the config does not say."""
+    trainer, generator = config.get("trainer"), config.get("generator")
+    batch = trainer.get("train_batch_size") if isinstance(trainer, dict) else None
+    group = generator.get("n_samples_per_prompt") if isinstance(generator, dict) else None
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, group))
+    return batch * group if ok else 0
+
+
 # ----------------------------------------------------------------------------- the dashboard
 
 
@@ -200,6 +210,8 @@ class Dashboard:
                 rows = self.reader.poll()
                 events = self.reader.poll_events()
                 status = self.reader.status()
+            if rows and self.series.data["samples"] is None:  # once: the reward band's n (0 when unknown)
+                self.series.data["samples"] = samples_per_step(self.reader.config())
             self.series.add_rows(rows)
             self.series.add_events(events)
             self.state = LOST if status.get("lost") else str(status.get("state", RunState.PENDING))
@@ -482,8 +494,13 @@ class Dashboard:
         base = str(getattr(self.job.cluster, "dashboard_url", "") or "").rstrip("/")
         if not base:
             return []
-        return [{"label": "Ray job ↗", "href": f"{base}/#/jobs/{self.job.submission_id}",
-                 "title": f"submission {self.job.submission_id} in Ray's dashboard (its logs, its workers)"}]
+        link = {"label": "Ray job ↗", "href": f"{base}/#/jobs/{self.job.submission_id}",
+                "title": f"submission {self.job.submission_id} in Ray's dashboard (its logs, its workers)"}
+        if callable(getattr(self.job.cluster, "dashboard_token", None)):  # a local head: its token is ours to give
+            link["hint"] = "Ray asks for a token: run cluster.dashboard_token() in a cell"
+            link["title"] += ("; Ray's dashboard asks for this cluster's token: run cluster.dashboard_token() in a "
+                              "cell and paste what it returns")
+        return [link]
 
     def _details(self) -> list[list[str]]:
         if self.with_charts or self.job is None:

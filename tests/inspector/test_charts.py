@@ -6,6 +6,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from skyrl_nb.dashboard import RunSeries
 from skyrl_widgets.charts import MAX_POINTS, MetricChart, make_charts, reward_series, update_charts
 
@@ -27,7 +29,7 @@ def test_panels_carry_every_curve_and_grow():
     reward = {s["name"]: s for s in charts["reward"].series}
     assert reward["reward mean"]["points"] == [[1, 1 / 3], [2, 2 / 3], [3, 1.0]]
     assert reward["reward mean"]["clickable"] and reward["pass@4"]["clickable"]
-    assert reward["± std"]["points"][0] == [1, 1 / 3 - 0.1, 1 / 3 + 0.1]
+    assert reward["mean ± std"]["points"][0] == [1, 1 / 3 - 0.1, 1 / 3 + 0.1]
     assert charts["eval"].series[0]["points"] == [[2, 0.5]]
     assert [s["name"] for s in charts["timing"].series] == ["generate", "train"]  # parts the run reports
     assert charts["reward"].clickable and not charts["tokens"].clickable
@@ -99,3 +101,55 @@ def test_nice_ticks_and_labels():
     assert [t[0] for t in step_axis(0, 190)["ticks"]] == [0, 50, 100, 150]
     assert tick_label(0.30000000000000004, 0.1) == "0.3" and tick_label(2.5, 2.5) == "2.5"
     assert value_axis([], fixed=(0.0, 1.0))["range"] == [0.0, 1.0]
+
+
+def test_binary_rewards_get_a_confidence_band_that_says_so(tmp_path):
+    """0/1 rewards (std = sqrt(mean (1 - mean)) at every step) with a known rollout count: the band is the 95% CI
+    of the mean, inside [0, 1], and its name says so in the widget, the static SVG and via a run's config; other
+    rewards, or an unknown count, keep mean ± std, named."""
+    import math
+
+    from skyrl_core.runs import RunWriter
+    from skyrl_nb.dashboard import Dashboard
+    from skyrl_widgets.dashboard import binary_rewards, render_svg, reward_band
+
+    means = [0.0, 0.25, 0.5, 1.0]
+    binary = {"reward_mean": means, "reward_std": [math.sqrt(m * (1 - m)) for m in means], "samples": 64}
+    lo, hi, label = reward_band(binary)
+    assert binary_rewards(binary) and label == "95% CI of the mean (n=64)"
+    assert hi[2] - lo[2] == pytest.approx(2 * 1.96 * 0.5 / 8) and lo[0] == hi[0] == 0.0 and hi[3] == 1.0
+    assert reward_band({**binary, "samples": 0})[2] == "mean ± std"  # no count: no interval to claim
+    fractional = {**binary, "reward_std": [0.1, 0.2, 0.2, 0.0]}
+    assert not binary_rewards(fractional) and reward_band(fractional)[2] == "mean ± std"
+    assert not binary_rewards({"reward_mean": [None], "reward_std": [None]})
+
+    writer = RunWriter(tmp_path / "binary")
+    writer.write_config({"trainer": {"train_batch_size": 4}, "generator": {"n_samples_per_prompt": 8}})
+    for step, m in enumerate(means, start=1):
+        writer.log_metrics(step, {"reward/avg_raw_reward": m, "reward/std_raw_reward": math.sqrt(m * (1 - m))})
+    writer.set_status("succeeded", step=4, total_steps=4)
+    dash = Dashboard(writer.run_dir, static=True)
+    dash.refresh()
+    assert dash.series.data["samples"] == 32
+    assert [s["name"] for s in reward_series(dash.series.data)][0] == "95% CI of the mean (n=32)"
+    assert "95% CI of the mean (n=32)" in render_svg(dash.series.data)
+
+
+def test_static_svgs_on_one_page_share_no_id(tmp_path):
+    """Inline SVGs share the page's id space and `url(#id)` takes the first element with that id on the page:
+    every id in two dashboards and a comparison rendered statically is unique, and every reference resolves
+    inside its own document."""
+    import re
+
+    from inspector_runs import write_run
+
+    from skyrl_nb.compare import compare
+    from skyrl_widgets.dashboard import render_svg
+
+    a, b = write_run(tmp_path / "a", steps=3).run_dir, write_run(tmp_path / "b", steps=5).run_dir
+    docs = [render_svg(_series(3)), render_svg(_series(3)), compare([a, b]).to_svg(), compare([a, b]).to_svg()]
+    ids = [i for d in docs for i in re.findall(r'\bid="([^"]+)"', d)]
+    assert len(ids) >= 10 and len(ids) == len(set(ids)), ids
+    for doc in docs:
+        refs = re.findall(r"url\(#([^)]+)\)", doc)
+        assert refs and set(refs) <= set(re.findall(r'\bid="([^"]+)"', doc))

@@ -33,8 +33,8 @@ from skyrl_widgets.dashboard import (
     PASS_COLOUR,
     REWARD_COLOUR,
     TOKENS_COLOUR,
-    _band,
     axes_for,
+    reward_band,
     timing_parts,
 )
 
@@ -44,7 +44,7 @@ MAX_POINTS = 600
 
 
 class MetricChart(anywidget.AnyWidget):
-    """One SVG panel: lines (optionally with markers), a ±std band, stacked bars.
+    """One SVG panel: lines (optionally with markers), bands, stacked bars.
 
     `series` is a list of dicts: `name`, `colour` (any CSS colour, e.g. a JupyterLab variable), `kind`
     (`line` | `band` | `bar`), `points` (`[[x, y], ...]`; for `band` `[[x, lo, hi], ...]`), optional
@@ -123,12 +123,13 @@ def points(xs: list[Any], *cols: list[Any]) -> list[list[Any]]:
 
 
 def reward_series(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Reward panel: ±std band, mean (markers, clickable), pass@n (dotted, clickable)."""
+    """Reward panel: a band named for what it is (`reward_band`: the 95% CI of the mean for 0/1 rewards,
+    else mean ± std), mean (markers, clickable), pass@n (dotted, clickable)."""
     steps = data["step"]
-    lo, hi = _band(data)
+    lo, hi, band = reward_band(data)
     n = data.get("pass_n")
     return [
-        {"name": "± std", "colour": REWARD_COLOUR.css(), "kind": "band", "points": points(steps, lo, hi)},
+        {"name": band, "colour": REWARD_COLOUR.css(), "kind": "band", "points": points(steps, lo, hi)},
         {"name": "reward mean", "colour": REWARD_COLOUR.css(), "kind": "line", "markers": True, "clickable": True,
          "points": points(steps, data["reward_mean"])},
         {"name": f"pass@{n}" if n else "pass@n", "colour": PASS_COLOUR.css(), "kind": "line", "dash": "4 3",

@@ -5,7 +5,7 @@ The live panels are `skyrl_widgets.charts.MetricChart` widgets (SVG drawn in the
 
 Views only: data arrives as a `series` dict (see `empty_series`), built by `skyrl_nb.dashboard`.
 
-Panels: reward (mean with a ±std band, pass@n), eval score, tokens/s, step time as stacked bars
+Panels: reward (mean with a band, pass@n: `reward_band`), eval score, tokens/s, step time as stacked bars
 (generate / policy_train / sync_weights / save_checkpoints, plus wait_for_batch / wait_for_policy
 when the run spends time in them: a synchronous run reports them as 0 and they stay out).
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import math
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,25 +62,52 @@ STATE_COLOURS = {
 
 
 def empty_series() -> dict[str, Any]:
-    """The dict the views draw: one list per curve, all aligned on `step` except eval."""
+    """The dict the views draw: one list per curve, all aligned on `step` except eval; ``samples`` is the
+    number of rollouts per step when known (the reward band uses it, ``reward_band``)."""
     return {
-        "step": [], "reward_mean": [], "reward_std": [], "pass_at": [], "pass_n": None,
+        "step": [], "reward_mean": [], "reward_std": [], "pass_at": [], "pass_n": None, "samples": None,
         "eval_step": [], "eval_score": [], "tokens_per_s": [],
         "timing": {name: [] for name, _, _ in TIMING_PARTS},
     }
 
 
-def _band(series: dict[str, Any]) -> tuple[list[float | None], list[float | None]]:
-    lo, hi = [], []
+#: How far a 0/1 reward's std may sit from sqrt(mean * (1 - mean)) and still be read as 0/1 rewards.
+_BINARY_TOL = 1e-6
+
+
+def binary_rewards(series: dict[str, Any]) -> bool:
+    """Whether every step's rewards look 0/1: its (population) std is ``sqrt(mean * (1 - mean))``, the only
+    std a sample of zeros and ones can have. False when no step has both a mean and a std."""
+    pairs = [(m, s) for m, s in zip(series["reward_mean"], series["reward_std"], strict=False)
+             if m is not None and s is not None]
+    return bool(pairs) and all(0.0 <= m <= 1.0 and abs(s * s - m * (1.0 - m)) <= _BINARY_TOL for m, s in pairs)
+
+
+def reward_band(series: dict[str, Any]) -> tuple[list[float | None], list[float | None], str]:
+    """The reward panel's band: ``(lo, hi, label)``, one value per step (None where the step has no mean).
+
+    For 0/1 rewards with a known number of samples per step (``series["samples"]``) it is the 95% confidence
+    interval of the mean, ``mean ± 1.96 · std / sqrt(n)`` within [0, 1] (a 0/1 reward's ±std band covers
+    most of [0, 1] whatever the run does); otherwise ``mean ± std``. The label says which.
+
+    >>> lo, hi, label = reward_band({"reward_mean": [0.5], "reward_std": [0.5], "samples": 100})
+    >>> label, round(lo[0], 3), round(hi[0], 3)
+    ('95% CI of the mean (n=100)', 0.402, 0.598)
+    """
+    n = series.get("samples")
+    interval = binary_rewards(series) and isinstance(n, int) and n > 0
+    scale = 1.96 / math.sqrt(n) if interval else 1.0
+    lo: list[float | None] = []
+    hi: list[float | None] = []
     for m, s in zip(series["reward_mean"], series["reward_std"], strict=False):
         if m is None:
             lo.append(None)
             hi.append(None)
-        else:
-            s = s or 0.0
-            lo.append(m - s)
-            hi.append(m + s)
-    return lo, hi
+            continue
+        half = (s or 0.0) * scale
+        lo.append(max(0.0, m - half) if interval else m - half)
+        hi.append(min(1.0, m + half) if interval else m + half)
+    return lo, hi, f"95% CI of the mean (n={n})" if interval else "mean ± std"
 
 
 def timing_parts(series: dict[str, Any]) -> list[tuple[str, str, Colour]]:
@@ -181,7 +209,9 @@ class Panel:
         self.xmin, self.xmax = self.x_axis["range"]
         self.ymin, self.ymax = self.y_axis["range"]
         self.parts: list[str] = []
-        self.clip = f"clip{int(x0)}_{int(y0)}"
+        # unique per panel, not per position: several SVGs inline in one page share one id space, and a
+        # `url(#id)` resolves to the first element with that id in the page (another chart's frame)
+        self.clip = f"sk-clip-{uuid.uuid4().hex}"
         self.inset = 4.0  # between the frame and the first / last step: half a bar, for bars
 
     def px(self, x: float) -> float:
@@ -251,14 +281,14 @@ def render_svg(series: dict[str, Any], header: str = "", total_steps: int | None
     """The whole dashboard as one small SVG document (a few tens of KB at most)."""
     steps = series["step"]
     axes = axes_for(series, total_steps)
-    lo, hi = _band(series)
+    lo, hi, band = reward_band(series)
     xs, mean, lo, hi, pas, tps = _thin(steps, series["reward_mean"], lo, hi, series["pass_at"],
                                        series["tokens_per_s"])
     parts = timing_parts(series)
     timing_cols = [series["timing"][name] for name, _, _ in parts]
     t_xs, *t_cols = _thin(steps, *timing_cols, limit=120)
 
-    reward = Panel(0, 40, "reward (mean ± std, pass@n)", axes["reward"])
+    reward = Panel(0, 40, f"reward (mean, {band}, pass@n)", axes["reward"])
     reward.band(xs, lo, hi, REWARD_COLOUR)
     reward.line(xs, mean, REWARD_COLOUR)
     reward.line(xs, pas, PASS_COLOUR, dash="4 3")

@@ -5,7 +5,15 @@
 const NS = "http://www.w3.org/2000/svg";
 const M = { l: 48, r: 12, t: 8, b: 34 };  // room for the y ticks, the x ticks and the axis label
 const PAD = 6;                            // inside the frame: markers and bars never touch it
-let uid = 0;
+
+// An id no other element on the page has. anywidget loads this module once per widget model, so a
+// module-level counter starts again at 1 for every chart, and `url(#id)` resolves to the first element
+// with that id in the whole page: another chart's clip rect.
+function uniqueId(prefix) {
+  const random = globalThis.crypto?.randomUUID?.() ||
+    `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}-${Math.random().toString(36).slice(2)}`;
+  return `${prefix}-${random}`;
+}
 
 function svgEl(tag, attrs, parent) {
   const e = document.createElementNS(NS, tag);
@@ -52,7 +60,8 @@ function axisOf(given, series, index) {
 function draw(model, el, state) {
   const series = model.get("series") || [];
   const H = model.get("height") || 200;
-  const W = Math.max(240, Math.floor(state.plot.clientWidth || el.clientWidth || 460));
+  const W = Math.max(240, Math.floor(state.plot.getBoundingClientRect().width || el.clientWidth || 460));
+  state.drawnWidth = W;
   const xa = axisOf(model.get("x_axis"), series, 0);
   const ya = axisOf(model.get("y_axis"), series, 1);
   const [x0, x1] = xa.range, [y0, y1] = ya.range;
@@ -72,7 +81,7 @@ function draw(model, el, state) {
   state.plot.querySelector("svg")?.remove();
   const svg = svgEl("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "sk-chart-svg" });
   state.plot.prepend(svg);
-  const clipId = `sk-clip-${state.id}`;
+  const clipId = `${state.id}-clip`;
   const clip = svgEl("clipPath", { id: clipId }, svgEl("defs", {}, svg));
   svgEl("rect", { x: fx0, y: fy0, width: fx1 - fx0, height: fy1 - fy0 }, clip);
 
@@ -150,13 +159,16 @@ function draw(model, el, state) {
   }
   const steps = Array.from(byStep.keys()).sort((a, b) => a - b);
   state.hoverAt = (clientX) => {
-    const ctm = svg.getScreenCTM();
     state.guide?.remove();
-    if (!ctm || !steps.length) { state.tip.style.display = "none"; return; }
-    const x = new DOMPoint(clientX, 0).matrixTransform(ctm.inverse()).x;
+    // the pointer in this SVG's own units, from where the SVG is on screen now (after any resize or
+    // scaling), then the step there by this chart's own x scale
+    const box = svg.getBoundingClientRect();
+    if (!box.width || !steps.length) { state.tip.style.display = "none"; return; }
+    const x = (clientX - box.left) * (W / box.width);
     if (x < fx0 || x > fx1) { state.tip.style.display = "none"; return; }
+    const at = x0 + ((x - fx0 - inX) / ((fx1 - fx0 - 2 * inX) || 1)) * (x1 - x0);
     let best = steps[0];
-    for (const s of steps) if (Math.abs(px(s) - x) < Math.abs(px(best) - x)) best = s;
+    for (const s of steps) if (Math.abs(s - at) < Math.abs(best - at)) best = s;
     state.guide = svgEl("line", { x1: px(best), x2: px(best), y1: fy0, y2: fy1, class: "sk-chart-guide" }, plot);
     state.tip.replaceChildren();
     const head = document.createElement("div");
@@ -168,7 +180,7 @@ function draw(model, el, state) {
       const row = document.createElement("div");
       const key = document.createElement("i");
       key.style.background = s.colour;
-      const value = s.kind === "band" ? fmt((p[2] - p[1]) / 2) : fmt(p[1]);  // a ±std band: its half width
+      const value = s.kind === "band" ? `±${fmt((p[2] - p[1]) / 2)}` : fmt(p[1]);  // a band: its half width
       if (s.kind === "bar") total += p[1];
       row.append(key, document.createTextNode(`${s.name} ${value}`));
       state.tip.appendChild(row);
@@ -226,7 +238,8 @@ function draw(model, el, state) {
 
 function render({ model, el }) {
   el.classList.add("skyrl-chart");
-  const state = { id: ++uid, pointer: null, guide: null };
+  const state = { id: uniqueId("sk-chart"), pointer: null, guide: null, drawnWidth: 0 };
+  el.dataset.chartId = state.id;
   state.title = document.createElement("div");
   state.title.className = "sk-chart-title";
   state.subtitle = document.createElement("div");
@@ -247,16 +260,21 @@ function render({ model, el }) {
   const events = ["change:series", "change:title", "change:subtitle", "change:height", "change:selected_step",
                   "change:x_axis", "change:y_axis"];
   for (const e of events) model.on(e, redraw);
-  let width = 0;
+  // redraw whenever the panel's width differs from the width the SVG was drawn at (not from the last width
+  // seen: a theme switch can pass through a transient width, and a draw made then must not stick)
   const resize = new ResizeObserver(() => {
-    const w = Math.floor(state.plot.clientWidth);
-    if (w && w !== width) { width = w; redraw(); }
+    const w = Math.floor(state.plot.getBoundingClientRect().width);
+    if (w && Math.max(240, w) !== state.drawnWidth) redraw();
   });
   resize.observe(state.plot);
+  // and after a JupyterLab theme switch, once its stylesheet has applied
+  const theme = new MutationObserver(() => { redraw(); setTimeout(redraw, 300); });
+  theme.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light"] });
   draw(model, el, state);
   return () => {
     for (const e of events) model.off(e, redraw);
     resize.disconnect();
+    theme.disconnect();
     if (frame !== null) cancelAnimationFrame(frame);
   };
 }

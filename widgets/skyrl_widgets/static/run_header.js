@@ -9,10 +9,11 @@ function h(tag, cls, ...children) {
   return node;
 }
 
-const ACTION_LABELS = { stop: "■ Stop", resume: "▶ Resume", logs: "Logs" };
+const ACTION_LABELS = { stop: "■ Stop", resume: "▶ Resume", new_run: "↻ New run", logs: "Logs" };
 const ACTION_TITLES = {
   stop: "stop the job (Ray stops it; the run keeps what it wrote)",
   resume: "resubmit this run from its latest checkpoint",
+  new_run: "launch this run's config again as a new run (this run's files stay as they are)",
   logs: "show the job's last log lines",
 };
 
@@ -24,6 +25,7 @@ function draw(model, el) {
   const row = h("div", "sk-head-row");
   if (get("run_id")) row.append(h("span", "sk-run", get("run_id")));
   row.append(h("span", `sk-chip sk-state-${state}`, state));
+  if (get("note")) row.append(h("span", "sk-note", get("note")));
   const bar = h("span", "sk-progress");
   const fill = h("span", `sk-progress-fill sk-state-${state}`);
   fill.style.width = `${total ? Math.min(100, (100 * step) / total) : 0}%`;
@@ -51,6 +53,8 @@ function draw(model, el) {
     a.rel = "noopener";
     if (link.title) a.title = link.title;
     row.append(a);
+    // what the page behind the link will ask for, said before the click (e.g. a local head's token)
+    if (link.hint) row.append(h("span", "sk-link-hint", link.hint));
   }
   const parts = [row];
   const sub = [get("reward"), get("parameters")].filter(Boolean);
@@ -64,8 +68,18 @@ function draw(model, el) {
     for (const [k, v] of details) table.append(h("tr", "", h("th", "", k), h("td", "", v)));
     parts.push(table);
   }
-  if (get("logs_open")) parts.push(h("pre", "sk-logs", get("logs") || "(no log lines yet)"));
+  // the newest line is what a reader opens the box for: it opens at the bottom, and stays there as lines
+  // arrive unless the reader has scrolled up to read older ones (read before the old box goes)
+  const before = el.querySelector(".sk-logs");
+  const kept = before && before.scrollHeight - before.scrollTop - before.clientHeight >= 4 ? before.scrollTop : null;
+  const logs = get("logs_open") ? h("pre", "sk-logs", get("logs") || "(no log lines yet)") : null;
+  if (logs) parts.push(logs);
   el.replaceChildren(...parts);
+  if (logs) {
+    const place = () => { logs.scrollTop = kept === null ? logs.scrollHeight : kept; };
+    place();
+    requestAnimationFrame(place);  // a view drawn before it is on the page has no height yet
+  }
 }
 
 function render({ model, el }) {
@@ -74,7 +88,7 @@ function render({ model, el }) {
     el.classList.toggle("sk-compact", Boolean(model.get("compact")));
     draw(model, el);
   };
-  const names = ["run_id", "state", "step", "total_steps", "stage", "times", "reward", "parameters", "error",
+  const names = ["run_id", "state", "note", "step", "total_steps", "stage", "times", "reward", "parameters", "error",
                  "warnings", "links", "actions", "busy", "logs", "logs_open", "details", "compact"];
   for (const n of names) model.on(`change:${n}`, redraw);
   redraw();
