@@ -56,6 +56,8 @@ class RunSeries:
         """The policy's ``{"total", "trainable", "lora_rank"}`` parameter counts, once the run has started."""
         self.stage: tuple[str, float] | None = None
         """The newest ``stage`` event: ``(name, time)`` (``skyrl_core.choices.Stage``)."""
+        self.stage_detail: str | None = None
+        """That event's ``detail``, when the engine said more than the stage's name."""
 
     def add_rows(self, rows: list[dict[str, Any]]) -> int:
         """Append metric rows (a resumed run may repeat steps: later rows replace earlier ones)."""
@@ -93,6 +95,8 @@ class RunSeries:
                 self.model = dict(ev["policy_parameters"])
             if ev.get("kind") == "stage" and isinstance(ev.get("stage"), str):
                 self.stage = (ev["stage"], float(ev.get("time") or time.time()))
+                # the engine's words for what this stage does this time ("building the tiny model (one-time ...)")
+                self.stage_detail = ev["detail"] if isinstance(ev.get("detail"), str) else None
             if ev.get("kind") != "eval":
                 continue
             score = ev.get("eval/all/avg_score", ev.get("avg_score", ev.get("score")))
@@ -312,6 +316,8 @@ class Dashboard:
             label = Stage(name).label
         except ValueError:
             label = str(name).replace("_", " ")
+        if found is not None and name == found[0] and self.series.stage_detail:
+            label = self.series.stage_detail
         return label, max(0.0, time.time() - since)
 
     def times_text(self) -> str:

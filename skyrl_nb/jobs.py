@@ -251,6 +251,10 @@ class Job:
         the job ends, so a job's display and its dashboard never disagree; elsewhere that header as read now."""
         from skyrl_nb.dashboard import job_display
 
+        if getattr(self, "_dashboard_above", False):
+            # `%skyrl launch` showed this job's dashboard, header and all, in the same cell: one header a job
+            note = f"job {self.run_id}: its dashboard is above"
+            return {"text/plain": note, "text/html": f"<span>{html.escape(note)}</span>"}
         return job_display(self, include, exclude)
 
     def _repr_html_(self) -> str:

@@ -355,11 +355,23 @@ class SkyrlMagics(Magics):
     def _follow(self, job: Any, args: Any) -> Any:
         if self.show_dashboard and not args.no_dashboard:
             dash = job.dashboard().show()
+            self._dashboard_above(job)
             if args.wait:
                 dash.wait()
         elif args.wait:
             job.wait()
         return job
+
+    def _dashboard_above(self, job: Any) -> None:
+        """The job returned as this cell's value shows one line, not a second header under its dashboard;
+        in later cells it shows its header again."""
+        job._dashboard_above = True
+
+        def later(*_: Any) -> None:
+            job._dashboard_above = False
+            self.shell.events.unregister("post_run_cell", later)
+
+        self.shell.events.register("post_run_cell", later)
 
     def _cluster(self, name: str | None) -> Any:
         from skyrl_nb.cluster.base import Cluster

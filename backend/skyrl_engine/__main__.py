@@ -143,7 +143,7 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     """
     from skyrl_core.choices import Stage
     from skyrl_engine.async_pipeline import make_trainer, pipeline_mode, staleness_bound
-    from skyrl_engine.models import resolve_model_path
+    from skyrl_engine.models import model_build_note, resolve_model_path
     from skyrl_engine.policy import set_torch_threads
     from skyrl_engine.tasks import load_prompts
     from skyrl_engine.workers import Workers, runs_in_job_process, uses_vllm
@@ -159,7 +159,9 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     train_rows = load_prompts(cfg.data.train_data, env_class)
     val_rows = load_prompts(cfg.data.val_data, env_class) if cfg.data.val_data else []
     started = time.perf_counter()
-    writer.log_event("stage", step=0, stage=Stage.MODEL_LOAD)  # resolving the model and loading it into the workers
+    # resolving the model and loading it into the workers; `detail` says when that first builds it
+    note = model_build_note(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)
+    writer.log_event("stage", step=0, stage=Stage.MODEL_LOAD, **({"detail": note} if note else {}))
     model_path = resolve_model_path(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)
     _log(f"model ready at {model_path} ({time.perf_counter() - started:.1f}s)")
     total_steps = int(cfg.total_steps(len(train_rows)))

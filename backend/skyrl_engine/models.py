@@ -250,6 +250,22 @@ def _file_lock(path: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def model_build_note(path: str, rows: list[PromptRow] | None, seed: int) -> str | None:
+    """What a person reads while ``resolve_model_path`` builds a model the cache does not hold yet, else None.
+
+    The tiny model is trained for tens of seconds on a cold cache, once; saying so keeps a long "model
+    load" from looking stuck.
+    """
+    if path != TINY_MODEL or not rows:
+        return None
+    if os.path.exists(os.path.join(tiny_model_dir(rows, seed), "model.safetensors")):
+        return None
+    home = os.path.expanduser("~")
+    where = cache_root()
+    where = "~" + where[len(home):] if home not in ("", "/") and where.startswith(home + os.sep) else where
+    return f"building the tiny model (one-time, cached in {where})"
+
+
 def build_tiny_model(rows: list[PromptRow], seed: int, spec: TinyModelSpec = TinyModelSpec()) -> str:
     """Build (or reuse from cache) the warm-started tiny model; return its local directory."""
     import torch

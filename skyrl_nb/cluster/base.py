@@ -103,9 +103,19 @@ def _module_address(address: str) -> bool:
     return bool(m) and m.group(1).lower() not in ("http", "https", "ray")
 
 
-def new_run_id(preset: str | None = None) -> str:
-    """A fresh run id: `<preset>-<YYYYmmdd-HHMMSS>-<4 hex>`."""
-    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", preset or "run").strip("-") or "run"
+def new_run_id(preset: str | None = None, train_data: Iterable[str] = ()) -> str:
+    """A fresh run id: `<name>-<YYYYmmdd-HHMMSS>-<4 hex>`.
+
+    `<name>` is the stem of the first training file when it is the user's own (``mydata`` for
+    ``s3://bucket/mydata.parquet``), else the preset's name, else ``run``.
+
+    >>> new_run_id("quickstart", ["/data/mydata.jsonl"])   # doctest: +SKIP
+    'mydata-20261203-172500-1a2b'
+    """
+    first = next(iter(train_data), "")
+    own = bool(first) and not first.startswith("builtin://")
+    name = first.rstrip("/").rpartition("/")[2].split(".")[0] if own else ""
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", name or preset or "run").strip("-")[:40].strip("-") or "run"
     return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
@@ -597,7 +607,7 @@ def prepare_config(config: Any, *, overrides: list[str] | dict[str, Any] | None 
     # the one validation (every problem in one pass, launch's run-id and run-root rules included)
     cfg = check_config(config, overrides, run_id=run_id, check_files=check_files)
     preset = config if isinstance(config, str) and config in PRESETS else None
-    rid = cfg.run.run_id or new_run_id(preset)
+    rid = cfg.run.run_id or new_run_id(preset, cfg.data.train_data)
     root = cfg.run.run_root if is_url(cfg.run.run_root) else os.path.expanduser(cfg.run.run_root)
     # The job reads this config on the cluster: spell the run root out, no `~`.
     fixed = {"run.run_id": str(rid), "run.run_root": root}

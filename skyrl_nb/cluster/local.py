@@ -119,6 +119,41 @@ def default_temp_dir(key: str | os.PathLike[str]) -> Path:
                        + "; pass cluster.local(temp_dir=...)")
 
 
+def writable_dir(path: Path, what: str, setting: str) -> Path:
+    """Make `path` (0700) and return it, or raise `OSError` in one line naming it and the `setting` that moves it.
+
+    A read-only or foreign HOME otherwise surfaces as a bare ``Read-only file system: '.../.config'``.
+    """
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as err:
+        raise OSError(f"skyrl-nb's {what} {str(path)!r} is not usable ({err.strerror or err}); "
+                      f"set {setting} to a folder you can write") from None
+    return path
+
+
+#: Bytes multiprocessing adds under ``$TMPDIR`` for a forkserver socket: ``/pymp-XXXXXXXX/listener-XXXXXXXX``.
+_MP_SOCKET_BYTES = len("/pymp-12345678/listener-12345678")
+
+
+def process_tmpdir(short_dir: Path, tmpdir: str | None = None) -> str | None:
+    """The ``TMPDIR`` Ray's processes should get instead of ``tmpdir`` (default ``$TMPDIR``), or None to keep it.
+
+    Ray's dashboard starts a multiprocessing forkserver whose socket lives under ``$TMPDIR``; a
+    ``$TMPDIR`` too long for an AF_UNIX path, missing or not writable makes the head hang until its
+    timeout. Such a ``$TMPDIR`` is swapped for `short_dir` (the head's own short temp dir).
+    """
+    tmpdir = os.environ.get("TMPDIR") if tmpdir is None else tmpdir
+    if not tmpdir:
+        return None
+    too_long = len(os.fsencode(tmpdir)) + _MP_SOCKET_BYTES > SOCKET_PATH_LIMIT
+    if too_long or not os.path.isdir(tmpdir) or not os.access(tmpdir, os.W_OK | os.X_OK):
+        return str(short_dir)
+    return None
+
+
 def ensure_token(path: Path) -> str:
     """The token in `path`, generating one (0600 file, 0700 dir) when missing."""
     token = read_token_file(path)
@@ -229,9 +264,23 @@ class LocalCluster(Cluster):
         self.state_path.unlink(missing_ok=True)
         super().shutdown()
 
+    def dashboard_token(self) -> str:
+        """The token Ray's dashboard asks for when its page (the "Ray job ↗" link) opens: paste it there.
+
+        It is the head's bearer token (the 0600 file under the config dir); no repr shows it.
+
+        >>> cluster.dashboard_token()   # doctest: +SKIP
+        """
+        return self._token or ""
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace("auth=token)", "token: hidden — cluster.dashboard_token())")
+
     def _repr_rows(self) -> list[tuple[str, str]]:
         state = "running" if self.running else "stopped"
-        return super()._repr_rows() + [("head", f"pid {self.pid}, {self.num_cpus} CPUs, {state}"),
+        rows = [("token", "hidden — <code>cluster.dashboard_token()</code> gives the one the dashboard asks for")
+                if key == "auth" else (key, value) for key, value in super()._repr_rows()]
+        return rows + [("head", f"pid {self.pid}, {self.num_cpus} CPUs, {state}"),
                                        ("ports", "exposed on this machine's address" if self.exposed
                                         else "127.0.0.1 only"),
                                        ("temp dir", str(self.temp_dir))]
@@ -491,6 +540,9 @@ def _start_head(temp: Path, tok_path: Path, token: str, cpus: int, timeout: floa
         # Jobs run `python` from the head's PATH: make that the kernel's environment.
         PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
     )
+    short_tmp = process_tmpdir(temp)
+    if short_tmp:
+        env["TMPDIR"] = short_tmp
     log_path = temp / "head.log"
     cmd = _ray_command() + [
         "start", "--head", "--block",
@@ -623,6 +675,9 @@ def local(
     else:
         temp, state_dir = None, cache_dir() / "ray"
     tok_path = Path(token_path or config_dir() / "ray_token").expanduser()
+    if start:
+        writable_dir(tok_path.parent, "token folder" if token_path else "config dir",
+                     "token_path=" if token_path else "SKYRL_NB_CONFIG_DIR")
     token = ensure_token(tok_path) if start else read_token_file(tok_path)
     if token is None:
         return None  # no token, no head of ours: a lookup creates nothing
@@ -636,9 +691,10 @@ def local(
             StartProgress(progress).done(f"reusing the running head (pid {reused.pid}) at {reused.dashboard_url}")
         return reused
 
+    writable_dir(state_dir, "Ray temp dir" if temp_dir is not None else "cache dir",
+                 "temp_dir=" if temp_dir is not None else "SKYRL_NB_CACHE_DIR")
     temp = temp or default_temp_dir(state_dir)
     temp.mkdir(parents=True, exist_ok=True)
-    state_dir.mkdir(parents=True, exist_ok=True)
     cpus = int(num_cpus or os.cpu_count() or 1)
     said = StartProgress(progress)
     # Ray's raylet gives its dashboard agent a hard-coded 15 s (ray-project/ray#65983); a busy
