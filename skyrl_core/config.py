@@ -51,12 +51,14 @@ from skyrl_core.choices import (
 )
 from skyrl_core.registry import (
     ADVANTAGE_ESTIMATORS,
+    ENVIRONMENTS,
     POLICY_LOSSES,
     PluginError,
     did_you_mean,
     environment_names,
     load_plugins,
     not_allowed,
+    plugin_problems,
     shown,
 )
 from skyrl_core.runs import run_dir_of, run_id_problem, run_root_problem
@@ -1078,6 +1080,9 @@ def _registry_checks(cfg: JobConfig, skip: set[str] = frozenset()) -> list[str]:
     elif envs is None and not _ENV_NAME_RE.match(env):
         found.append(f"environment.env_class: {shown(env)} is not an environment name; use letters, digits, "
                      "'_', '.', ':' or '-' (e.g. gsm8k)")
+    # a name only a notebook cell registered: the job's processes never run that cell
+    used = ((ADVANTAGE_ESTIMATORS, a.advantage_estimator), (POLICY_LOSSES, a.policy_loss_type), (ENVIRONMENTS, env))
+    found.extend(plugin_problems((r, name) for r, name in used if r.key not in skip))
     return found
 
 
@@ -1335,6 +1340,10 @@ def _data_file_problems(key: str, items: list[str], check_files: bool) -> list[s
             found.append(f"data.{key}: file {shown(item)} does not exist")
         elif path.suffix not in (".parquet", ".jsonl", ".json"):
             found.append(f"data.{key}: {shown(item)} has suffix {path.suffix!r}; allowed: .parquet, .jsonl, .json")
+        else:  # the first rows, read where the data is, in the shape the engine's loader needs
+            from skyrl_core.datarows import data_file_problems
+
+            found.extend(data_file_problems(f"data.{key}", str(path)))
     return found
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "environment_names",
     "load_plugins",
     "not_allowed",
+    "plugin_problems",
     "register_advantage_estimator",
     "register_environment",
     "register_policy_loss",
@@ -118,6 +119,7 @@ class Registry:
         self.key = key
         self.builtin = tuple(builtin)
         self._entries: dict[str, Any] = {}
+        self._registered_in: dict[str, str] = {}  # name -> the module whose code registered it
 
     def register(self, name: str, entry: Any = None) -> Any:
         """Register ``entry`` under ``name``; without ``entry``, a decorator. A name is taken once."""
@@ -126,6 +128,7 @@ class Registry:
             if name in self._entries and self._entries[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} is already registered (by {_describe(self._entries[name])})")
             self._entries[name] = obj
+            self._registered_in[name] = _calling_module()
             return obj
 
         return add if entry is None else add(entry)
@@ -133,6 +136,26 @@ class Registry:
     def unregister(self, name: str) -> None:
         """Forget ``name`` (tests; a built-in name stays valid)."""
         self._entries.pop(name, None)
+        self._registered_in.pop(name, None)
+
+    def cell_problem(self, name: str) -> str | None:
+        """The one line refusing ``name`` when it was registered from ``__main__`` (a notebook cell or a script)
+        or stands for something defined there: a job's processes never run that code, so the cluster would not
+        know the name. None when a module registered it (a ``plugins:`` module is imported there too).
+
+        >>> ENVIRONMENTS.cell_problem("arithmetic") is None
+        True
+        """
+        if name not in self._entries:
+            return None
+        entry = self._entries[name]
+        defined_in = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
+        if "__main__" not in (self._registered_in.get(name), defined_in):
+            return None
+        what = _describe(entry) if not isinstance(entry, str) else entry.partition(":")[2] or entry
+        return (f"{self.key}: {name!r} ({what}) is registered from __main__ (a notebook cell), which the cluster "
+                f"never runs; put {what} and its register call in a module and list that module under plugins: "
+                "(a later release will ship cell-defined classes by value)")
 
     def get(self, name: str) -> Any:
         """What ``name`` stands for; ValueError listing the registered names when it is unknown."""
@@ -169,6 +192,14 @@ class Registry:
 
 def _describe(obj: Any) -> str:
     return getattr(obj, "__qualname__", None) or repr(obj)
+
+
+def _calling_module() -> str:
+    """``__name__`` of the first module outside this one on the call stack: who registered a name."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return str(frame.f_globals.get("__name__")) if frame is not None else "?"
 
 
 ADVANTAGE_ESTIMATORS = Registry("advantage estimator", "trainer.algorithm.advantage_estimator",
@@ -259,6 +290,17 @@ def _declared_skyrl_gym_envs() -> list[str] | None:
                 if kw.arg == "id" and isinstance(kw.value, ast.Constant):
                     found.append(str(kw.value.value))
     return sorted(found)
+
+
+def plugin_problems(names: Iterable[tuple[Registry, Any]]) -> list[str]:
+    """One line for each ``(registry, name)`` a job would use that only this process knows: registered from
+    ``__main__`` (:meth:`Registry.cell_problem`), so the cluster's processes would refuse it."""
+    found = []
+    for registry, name in names:
+        line = registry.cell_problem(name) if isinstance(name, str) else None
+        if line:
+            found.append(line)
+    return found
 
 
 def load_plugins(modules: Iterable[str]) -> list[ModuleType]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import time
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,21 @@ def process_gone(run_status: dict[str, Any]) -> str | None:
     return None
 
 
+def _ray_reason(message: Any, log_tail: str) -> str:
+    """One line from Ray's job message and the job's log: the message's first line (``Job entrypoint command
+    failed with exit code 1``, ``runtime_env setup failed: ...``) and the last error line of the log (the
+    message's own copy of the log, else ``log_tail``), at most 300 characters."""
+    text = str(message or "")
+    first, _, rest = text.partition("\n")
+    first = first.split(", last available logs")[0].strip()
+    lines = [line.strip() for line in (rest or log_tail).splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b", line)]
+    last = (errors or lines or [""])[-1]
+    said = "; ".join(part for part in (first, f"last log line: {last}" if last and last != first else "") if part)
+    said = " ".join(said.split()) or "Ray gave no reason"
+    return said if len(said) <= 300 else said[:297] + "..."
+
+
 def run_state(ray_status: Any) -> str:
     """Ray's job status (``JobStatus.SUCCEEDED`` or ``"SUCCEEDED"``) as a run state: ``RunState.SUCCEEDED``.
 
@@ -83,6 +99,7 @@ class Job:
     code: Any = None
     _info: Any = None
     _reader: Any = field(default=None, init=False)
+    _early_reason: str | None = field(default=None, init=False)
 
     # -- the Jobs API ---------------------------------------------------------------------------
 
@@ -100,23 +117,67 @@ class Job:
         return self.status_detail()[0]
 
     def status_detail(self) -> tuple[str, str | None]:
-        """``(state, why)``: `status()`, with why a job is `lost` or Ray's message for a failed one."""
+        """``(state, why)``: `status()`, with why a job is `lost`, failed or ended before the engine started.
+
+        A job whose run never got past ``pending`` (its driver killed, an import error, a bad entrypoint, a
+        runtime env that could not be set up) is `failed` (or `stopped`) with the reason Ray gives (its
+        message and the last line of the job's log), and that is written through to the run's status.json
+        when this notebook can write there, so `list_runs` agrees; a status the engine wrote is never
+        overwritten.
+        """
         info = self.info()
         state = run_state(info.status)
-        if state not in (RunState.RUNNING, RunState.FAILED):
+        if state not in (RunState.RUNNING, *FINAL_STATES):
             return state, None
-        ray_message = " ".join(str(info.message or "").split())[:300] or None
         run = self._run_status()
-        beat = run.get("heartbeat")
-        if run.get("state") != RunState.RUNNING or not isinstance(beat, (int, float)):
-            return state, ray_message if state == RunState.FAILED else None
-        if not self.owns_status(run):
-            return state, ray_message  # status.json is an earlier submission's: not this job's word
+        recorded = run.get("state")
+        if state in FINAL_STATES and (recorded in (None, RunState.PENDING) or not self.owns_status(run)):
+            return self._ended_early(info, state, run)
+        if recorded != RunState.RUNNING:
+            return state, (run.get("error") or _ray_reason(info.message, "")) if state == RunState.FAILED else None
         if state == RunState.FAILED:
-            said = f" ({ray_message})" if ray_message else ""
+            said = f" ({_ray_reason(info.message, '')})" if info.message else ""
             return LOST, f"Ray says the job failed{said}, but the run never recorded an end"
+        if state != RunState.RUNNING:
+            return state, None
         gone = process_gone(run) if self.cluster.runs_here else None
         return (LOST, gone) if gone else (state, None)
+
+    def _ended_early(self, info: Any, state: str, run: dict[str, Any]) -> tuple[str, str | None]:
+        """`status_detail` for a job Ray says ended while its run says nothing of this submission (``run``:
+        status.json, {} when missing or unreadable)."""
+        pending = run.get("state") == RunState.PENDING
+        if state == RunState.SUCCEEDED and not pending:
+            return state, None  # an unreadable store says nothing against Ray's word
+        if state == RunState.STOPPED:
+            final, why = RunState.STOPPED, "stopped before the engine started" if pending else None
+        else:
+            final = RunState.FAILED
+            if self._early_reason is None:  # asked once: a dashboard polls every second
+                try:
+                    tail = self.logs(tail=40)
+                except Exception:  # the logs are a nicety; Ray's message stands without them
+                    tail = ""
+                self._early_reason = _ray_reason(info.message, tail)
+            why = self._early_reason
+            if state == RunState.SUCCEEDED:
+                why = f"the job's command exited 0 without the engine recording a start ({why})"
+            why = f"the job ended before the engine recorded anything: {why}" if pending else why
+        if pending and why:
+            self._record_end(final, why)
+        return final, why
+
+    def _record_end(self, state: str, why: str) -> None:
+        """Write ``state`` and ``why`` into the run's status.json while it still says ``pending`` (only the
+        notebook, or an engine that died at once, wrote it); a store this notebook cannot write is left be."""
+        from skyrl_core.runs import RunWriter
+
+        try:
+            writer = RunWriter(self.run_dir)
+            if writer.state == RunState.PENDING:
+                writer.set_status(state, error=why)
+        except Exception:  # noqa: BLE001 - a read-only or unreachable store: status_detail still says why
+            pass
 
     def owns_status(self, run_status: dict[str, Any]) -> bool:
         """Whether the run's status.json was written during this submission: after a resume, the earlier

@@ -84,8 +84,13 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 def train(source: str, overrides: list[str]) -> int:
     """Run a training job to the end; see the module docstring for exit codes."""
-    cfg = _config_or_problems(source, overrides)
-    if cfg is None:
+    from skyrl_core.config import ConfigError
+
+    try:
+        cfg = load_checked_config(source, overrides)
+    except ConfigError as err:
+        _print_problems(err.problems)
+        _record_early_failure("the config was refused where the job runs: " + "; ".join(err.problems))
         return EXIT_BAD_CONFIG
     if cfg.run.run_id is None:
         cfg = cfg.with_overrides([f"run.run_id=run-{time.strftime('%Y%m%d-%H%M%S')}"])
@@ -132,6 +137,29 @@ def train(source: str, overrides: list[str]) -> int:
             held["connection"].close()
         if "prometheus" in held:
             held["prometheus"].close()
+
+
+def _record_early_failure(error: str) -> None:
+    """Say why in the run's status.json when the job ends before it opened its run store. A notebook that
+    submitted the job (``SKYRL_NB_RUN_DIR``) wrote a ``pending`` status there, which would otherwise stay
+    pending; a status the run already has past that (an earlier attempt's end) is left as it is."""
+    run_dir = os.environ.get("SKYRL_NB_RUN_DIR")
+    if not run_dir:
+        return
+    try:
+        from skyrl_core.choices import RunState
+        from skyrl_core.runs import RunReader, RunWriter
+
+        if not RunReader(run_dir).exists():
+            return  # no run there to speak for
+        writer = RunWriter(run_dir)
+        if writer.state != RunState.PENDING:
+            return
+        error = error if len(error) <= 1000 else error[:997] + "..."
+        writer.log_event("error", step=0, error=error)
+        writer.set_status(RunState.FAILED, error=error)
+    except Exception as err:  # noqa: BLE001 - the job's exit code and log still say why
+        _log(f"could not record the failure in {run_dir} ({type(err).__name__}: {err})")
 
 
 def _start(cfg, writer, held: dict[str, Any]) -> None:

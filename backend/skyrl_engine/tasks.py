@@ -300,20 +300,6 @@ def score_response(row: PromptRow, response: str, env_configs: dict[str, dict[st
 # loading
 
 
-def _read_file(path: str) -> list[dict[str, Any]]:
-    if path.endswith(".jsonl") or path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            if path.endswith(".json"):
-                data = json.load(f)
-                return list(data) if isinstance(data, list) else [data]
-            return [json.loads(line) for line in f if line.strip()]
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    raise ValueError(f"{path}: unknown dataset format; use .parquet or .jsonl")
-
-
 def read_rows(path: str) -> list[dict[str, Any]]:
     """The raw rows of one dataset path (a file or ``builtin://arithmetic/{train,test}``)."""
     if path.startswith(BUILTIN_PREFIX):
@@ -330,22 +316,20 @@ def read_rows(path: str) -> list[dict[str, Any]]:
         return (arithmetic_rows if match.group(1) == "arithmetic" else word_problem_rows)(match.group(2))
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: dataset file not found")
-    return _read_file(path)
+    from skyrl_core.datarows import iter_rows
+
+    return list(iter_rows(path))
 
 
 def _to_prompt_row(raw: dict[str, Any], default_env_class: str, where: str) -> PromptRow:
-    prompt = raw.get("prompt")
-    if isinstance(prompt, str):
-        prompt = json.loads(prompt) if prompt.lstrip().startswith("[") else [{"role": "user", "content": prompt}]
-    if not isinstance(prompt, list) or not prompt:
-        raise ValueError(f"{where}: 'prompt' must be a non-empty list of messages, got {prompt!r}")
-    prompt = [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
-    env_class = raw.get("env_class") or default_env_class
-    reward_spec = raw.get("reward_spec") or {}
+    """One row as a :class:`PromptRow`; the row shape is ``skyrl_core.datarows``' (validation checks the same)."""
+    from skyrl_core.datarows import prompt_parts
+
+    prompt, env_class, reward_spec = prompt_parts(raw, where)
     extras = {k: v for k, v in raw.items() if k not in ("prompt", "env_class")}
     return PromptRow(
         prompt=prompt,
-        env_class=str(env_class),
+        env_class=str(env_class or default_env_class),
         data_source=str(raw.get("data_source") or "unknown"),
         ground_truth=reward_spec.get("ground_truth"),
         extras=extras,
@@ -359,10 +343,12 @@ def load_prompts(paths: list[str], default_env_class: str = "arithmetic") -> lis
     >>> rows[0].env_class
     'arithmetic'
     """
+    from skyrl_core.registry import shown
+
     rows: list[PromptRow] = []
     for path in paths:
-        for i, raw in enumerate(read_rows(path)):
-            rows.append(_to_prompt_row(raw, default_env_class, f"{path} row {i}"))
+        for number, raw in enumerate(read_rows(path), start=1):  # counted from 1, as validation counts them
+            rows.append(_to_prompt_row(raw, default_env_class, f"{shown(path)} row {number}"))
     return rows
 
 
