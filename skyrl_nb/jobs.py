@@ -134,7 +134,9 @@ class Job:
         if state in FINAL_STATES and (recorded in (None, RunState.PENDING) or not self.owns_status(run)):
             return self._ended_early(info, state, run)
         if recorded != RunState.RUNNING:
-            return state, (run.get("error") or _ray_reason(info.message, "")) if state == RunState.FAILED else None
+            if state in FINAL_STATES and recorded in FINAL_STATES:
+                state = run_state(recorded)  # how the run says it ended, as list_runs reads it
+            return state, run.get("error") or (_ray_reason(info.message, "") if state == RunState.FAILED else None)
         if state == RunState.FAILED:
             said = f" ({_ray_reason(info.message, '')})" if info.message else ""
             return LOST, f"Ray says the job failed{said}, but the run never recorded an end"

@@ -15,7 +15,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -139,6 +141,64 @@ def test_a_job_that_dies_before_its_first_event_says_why(ray_cluster: Any, shell
     assert summary.state == "failed" and summary.error == why
     (listed,) = shell.run_line_magic("skyrl", "list")
     assert listed.state == "failed" and listed.error == why
+    shell.user_ns["c"] = ray_cluster
+    shell.run_line_magic("config", "SkyrlMagics.cluster = 'c'")
+    assert "state='failed'" in repr(shell.run_line_magic("skyrl", "status early-1"))
+
+
+class _Ray:
+    """Ray's job client for one submission that ended: its JobDetails and its log."""
+
+    def __init__(self, status: str, message: str, log: str = "") -> None:
+        self.details = SimpleNamespace(status=status, message=message, start_time=(time.time() - 60) * 1000)
+        self.log = log
+
+    def get_job_info(self, submission_id: str) -> Any:
+        return self.details
+
+    def get_job_logs(self, submission_id: str) -> str:
+        return self.log
+
+
+RUNTIME_ENV_FAILED = ("runtime_env setup failed: Failed to set up runtime environment.\nTraceback (most recent call "
+                      "last):\n  File \"agent.py\", line 3\nRuntimeEnvSetupError: pip install of 'nope' failed\n")
+
+
+@pytest.mark.parametrize(("ray", "recorded", "state", "why", "written"), [
+    # the runtime env could not be set up: Ray's first line and the error line of its traceback
+    (("FAILED", RUNTIME_ENV_FAILED), "pending", "failed", "the job ended before the engine recorded anything: "
+     "runtime_env setup failed: Failed to set up runtime environment.; last log line: RuntimeEnvSetupError: pip "
+     "install of 'nope' failed", True),
+    # a driver killed at once: Ray's message has no log, the job's log is asked for
+    (("FAILED", "Job entrypoint command failed with exit code -9", "loading\nKilled\n"), "pending", "failed",
+     "the job ended before the engine recorded anything: Job entrypoint command failed with exit code -9; "
+     "last log line: Killed", True),
+    (("STOPPED", ""), "pending", "stopped", "stopped before the engine started", True),
+    (("SUCCEEDED", ""), "pending", "failed", "the job ended before the engine recorded anything: the job's command "
+     "exited 0 without the engine recording a start (Ray gave no reason)", True),
+    # what the engine wrote stands, and an unreadable store says nothing against Ray
+    (("FAILED", "Job entrypoint command failed with exit code 2"), "failed", "failed", "ValueError: engine's words",
+     False),
+    (("SUCCEEDED", ""), None, "succeeded", None, False),
+])
+def test_an_early_end_is_read_from_ray_and_written_through_once(tmp_path: Path, ray: tuple[str, ...],
+                                                                recorded: str | None, state: str, why: str | None,
+                                                                written: bool) -> None:
+    from skyrl_core.runs import RunWriter
+    from skyrl_nb.cluster.base import Cluster
+    from skyrl_nb.jobs import Job
+
+    cluster = Cluster("http://127.0.0.1:9", token="t")
+    cluster._client_obj = _Ray(*ray)
+    run_dir = tmp_path / "r"
+    if recorded is not None:
+        RunWriter(run_dir).set_status(recorded, error="ValueError: engine's words" if recorded == "failed" else None)
+    job = Job(cluster, submission_id="r", run_id="r", run_dir=str(run_dir))
+    assert job.status_detail() == (state, why)
+    if recorded is not None:
+        status = json.loads((run_dir / "status.json").read_text())
+        assert (status["state"], status["error"]) == ((state, why) if written else (recorded, status["error"]))
+        assert job.status_detail() == (state, why)  # read back the same
 
 
 def test_a_config_the_engine_refuses_at_start_is_recorded_as_failed(tmp_path: Path) -> None:
