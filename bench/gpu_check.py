@@ -74,8 +74,9 @@ def run(args: argparse.Namespace) -> dict:
     import torch
 
     from skyrl_engine import algorithms
-    from skyrl_engine.policy import TrainBatch, response_logprobs
+    from skyrl_engine.policy import response_logprobs
     from skyrl_engine.sampler import SamplingParams, sample
+    from skyrl_engine.types import TrainBatch
 
     device = args.device
     if device.startswith("cuda") and not torch.cuda.is_available():

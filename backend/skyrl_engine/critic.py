@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import torch
 
     from skyrl_core.config import TrainerConfig
-    from skyrl_engine.policy import TrainBatch
+    from skyrl_engine.types import TrainBatch
 
 CRITIC_DIR = "critic"
 VALUE_HEAD_INIT_SEED_OFFSET = 7919  # the head's init is seeded from trainer.seed, apart from other streams
@@ -101,7 +101,8 @@ class CriticWorker(TrainableWorker):
 
     def __init__(self, model_path: str, trainer: TrainerConfig, total_steps: int, num_threads: int = 0,
                  plugins: list[str] | tuple[str, ...] = (), rank: int = 0, world_size: int = 1):
-        from skyrl_engine.policy import prepare_worker, updates_per_step
+        from skyrl_engine.policy import prepare_worker
+        from skyrl_engine.trainable import updates_per_step
 
         self.num_threads = prepare_worker(num_threads, plugins)
         t = self.trainer = trainer
@@ -112,7 +113,7 @@ class CriticWorker(TrainableWorker):
 
     def compute_values(self, batch: TrainBatch) -> torch.Tensor:
         """``values_BT`` of the batch before any update (micro-batched, no grad), zero off the response."""
-        from skyrl_engine.policy import forward_rows
+        from skyrl_engine.trainable import forward_rows
 
         return self.forward_rows_no_grad(batch, forward_rows(self.trainer), response_values)
 

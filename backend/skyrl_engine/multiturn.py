@@ -34,24 +34,16 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from skyrl_engine.generator import GeneratorOutput, step_seed
+from skyrl_engine.protocol import context_tokens
+from skyrl_engine.types import GeneratorOutput, PromptRow, step_seed
 
 if TYPE_CHECKING:
     from skyrl_core.config import SamplingParams
     from skyrl_engine.protocol import TokenGenerator
-    from skyrl_engine.tasks import PromptRow
 
-# Episodes may run past a small model's trained positions (RoPE extrapolates): the built-in char model
-# has 256, and one text2sql observation alone is ~200 characters.
-MIN_CONTEXT_TOKENS = 1024
 # A neutral conversation the observation turns are rendered after (SkyRL's trick), so templates that
 # add a default system prompt to a conversation's start do not add it again mid-episode.
 _BASE_CONVERSATION = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
-
-
-def context_tokens(trained_positions: int) -> int:
-    """How long an episode may grow: the model's trained positions, at least ``MIN_CONTEXT_TOKENS``."""
-    return max(MIN_CONTEXT_TOKENS, int(trained_positions))
 
 
 class _Episode:
@@ -172,7 +164,7 @@ class MultiTurnLoop:
     def _output(self, rows, expanded, episodes: list[_Episode], env_metrics, n: int) -> GeneratorOutput:
         import torch
 
-        from skyrl_engine.sampler import SampleBatch, left_pad
+        from skyrl_engine.types import SampleBatch, left_pad
 
         pad = self.tokenizer.pad_token_id
         prompt_ids_BP, prompt_mask_BP = left_pad([ep.prompt_ids for ep in episodes], pad)

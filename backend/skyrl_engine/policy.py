@@ -18,48 +18,14 @@ of :meth:`PolicyWorker.train_step` does SkyRL's ``train_critic_and_policy`` for 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from skyrl_engine.trainable import TrainableWorker
+from skyrl_engine.trainable import TrainableWorker, forward_no_grad, forward_rows, updates_per_step
+from skyrl_engine.types import TrainBatch  # noqa: F401 - re-exported until trainer.py moves
 
 if TYPE_CHECKING:
-    import torch
 
     from skyrl_core.config import TrainerConfig
-
-
-@dataclass
-class TrainBatch:
-    """B samples ready for the update: prompt (left-padded, width P) + response (right-padded, T).
-
-    Rows come in groups: rows ``g*n .. g*n+n-1`` are the n samples of prompt g, so a mini-batch of
-    m prompts is a contiguous slice of ``m*n`` rows.
-    """
-
-    sequences_BL: torch.Tensor
-    attention_mask_BL: torch.Tensor
-    response_mask_BT: torch.Tensor
-    advantages_BT: torch.Tensor
-    rollout_logprobs_BT: torch.Tensor
-    group_size: int
-    values_BT: torch.Tensor | None = None  # the critic's, before its update (gae only)
-    returns_BT: torch.Tensor | None = None  # the critic's targets (gae only)
-    ref_logprobs_BT: torch.Tensor | None = None  # the frozen reference's (use_kl_loss only)
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        """P: the response starts at this column of ``sequences_BL``."""
-        return self.sequences_BL.shape[1] - self.response_mask_BT.shape[1]
-
-    def rows(self, start: int, stop: int) -> TrainBatch:
-        """Rows ``start:stop`` (all tensors sliced alike)."""
-        import dataclasses
-
-        return TrainBatch(**{
-            f.name: value[start:stop] if f.name.endswith(("_BL", "_BT")) and value is not None else value
-            for f in dataclasses.fields(self) for value in [getattr(self, f.name)]
-        })
 
 
 def set_torch_threads(num_threads: int) -> int:
@@ -136,40 +102,6 @@ def prepare_worker(num_threads: int, plugins: list[str] | tuple[str, ...] = ()) 
     torch.use_deterministic_algorithms(True, warn_only=True)
     register_tensor_transport()  # an actor's results (rollouts, weights) leave it through Ray
     return threads
-
-
-def make_optimizer(model: Any, optimizer_config: Any, total_optimizer_steps: int) -> tuple[Any, Any]:
-    """AdamW over ``model``'s parameters and its LR schedule, from an ``optimizer_config`` section."""
-    import torch
-    from transformers import get_scheduler
-
-    oc = optimizer_config
-    trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters alone
-    optimizer = torch.optim.AdamW(trained, lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay)
-    scheduler = get_scheduler(str(oc.scheduler), optimizer, num_warmup_steps=oc.num_warmup_steps,
-                              num_training_steps=max(1, total_optimizer_steps))
-    return optimizer, scheduler
-
-
-def updates_per_step(trainer: TrainerConfig, mini_batch_size: int) -> int:
-    """Optimizer steps one training step makes: mini-batches per batch × update epochs."""
-    return (trainer.train_batch_size // mini_batch_size) * trainer.update_epochs_per_batch
-
-
-def forward_no_grad(model: Any, batch: TrainBatch, micro_rows: int, fn: Any) -> Any:
-    """``fn(model, micro_batch)`` over ``batch`` in slices of ``micro_rows`` rows, without grad, concatenated."""
-    import torch
-
-    parts = []
-    with torch.no_grad():
-        for start in range(0, batch.sequences_BL.shape[0], max(1, micro_rows)):
-            parts.append(fn(model, batch.rows(start, start + micro_rows)))
-    return torch.cat(parts, dim=0)
-
-
-def forward_rows(trainer: TrainerConfig) -> int:
-    """Rows per no-grad forward pass: the larger of the forward and train micro-batch sizes."""
-    return max(1, trainer.micro_forward_batch_size_per_gpu, trainer.micro_train_batch_size_per_gpu)
 
 
 class ReferenceWorker:

@@ -13,54 +13,25 @@ library: the vLLM environment imports it too.
 
 from __future__ import annotations
 
-import html
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from skyrl_engine.types import Completions, SampleBatch, left_pad, pad_rows
 
 if TYPE_CHECKING:
     from skyrl_core.config import SamplingParams
-    from skyrl_engine.sampler import SampleBatch
 
-__all__ = ["Completions", "TokenGenerator", "to_sample_batch"]
+__all__ = ["Completions", "MIN_CONTEXT_TOKENS", "TokenGenerator", "context_tokens", "to_sample_batch"]
+
+# Episodes may run past a small model's trained positions (RoPE extrapolates): the built-in char model
+# has 256, and one text2sql observation alone is ~200 characters.
+MIN_CONTEXT_TOKENS = 1024
 
 
-@dataclass
-class Completions:
-    """``n`` completions for each of a batch of prompts, prompt-major: rows i*n … i*n+n-1 answer prompt i.
-
-    ``logprobs[r][t]`` is the log-prob the sampling policy gave token ``response_ids[r][t]`` (after
-    temperature, over the full vocabulary), ``finish_reasons[r]`` is ``stop`` (EOS or a stop token,
-    which is kept in ``response_ids``) or ``length`` (hit ``max_generate_length``), ``policy_version``
-    the weights version that sampled them.
-    """
-
-    prompt_index: list[int]
-    response_ids: list[list[int]]
-    logprobs: list[list[float]]
-    finish_reasons: list[str]
-    policy_version: int = 0
-    generate_s: float = 0.0
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.response_ids)
-
-    @property
-    def num_tokens(self) -> int:
-        """Generated tokens in all completions."""
-        return sum(len(r) for r in self.response_ids)
-
-    def __repr__(self) -> str:
-        n_prompts = len(set(self.prompt_index))
-        return (
-            f"Completions({len(self)} completions for {n_prompts} prompts, {self.num_tokens} tokens, "
-            f"version {self.policy_version}, {self.generate_s:.3f} s)"
-        )
-
-    def _repr_html_(self) -> str:
-        return f"<code>{html.escape(repr(self))}</code>"
+def context_tokens(trained_positions: int) -> int:
+    """How long an episode may grow: the model's trained positions, at least ``MIN_CONTEXT_TOKENS``."""
+    return max(MIN_CONTEXT_TOKENS, int(trained_positions))
 
 
 @runtime_checkable
@@ -103,8 +74,6 @@ def to_sample_batch(out: Completions, prompt_ids: Sequence[Sequence[int]], pad_i
     ``prompt_ids[i]`` is the prompt that ``out.prompt_index`` value ``i`` refers to.
     """
     import torch
-
-    from skyrl_engine.sampler import SampleBatch, left_pad, pad_rows
 
     prompt_ids_BP, prompt_mask_BP = left_pad([list(prompt_ids[i]) for i in out.prompt_index], pad_id)
     B, T = len(out), max(1, max((len(r) for r in out.response_ids), default=1))

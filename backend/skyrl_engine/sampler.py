@@ -16,11 +16,10 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core.config import SamplingParams
-from skyrl_engine.protocol import Completions
+from skyrl_engine.types import Completions, SampleBatch, left_pad
 
 if TYPE_CHECKING:
     import torch
@@ -29,45 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SampleBatch", "SamplingParams", "TorchSampler", "filter_logits", "left_pad", "position_ids_from_mask",
            "sample"]
-
-
-@dataclass
-class SampleBatch:
-    """B sampled sequences: left-padded prompts + right-padded responses."""
-
-    prompt_ids_BP: torch.Tensor
-    prompt_mask_BP: torch.Tensor
-    response_ids_BT: torch.Tensor
-    response_mask_BT: torch.Tensor
-    """1 for generated tokens (the final EOS included), 0 for padding after the end."""
-    logprobs_BT: torch.Tensor
-    finish_reasons: list[str]
-    """``stop`` (EOS sampled) or ``length`` (hit max_generate_length)."""
-
-    @property
-    def response_lengths_B(self) -> torch.Tensor:
-        """Number of generated tokens per row."""
-        return self.response_mask_BT.sum(-1)
-
-
-def pad_rows(rows: Sequence[Sequence[Any]], width: int, fill: Any, dtype: Any, *, left: bool = False) -> torch.Tensor:
-    """``[len(rows), width]``: each row padded with ``fill`` (on the left with ``left``), as one tensor.
-
-    The rows are padded as Python lists and converted once: a tensor per row was most of the padding's time.
-    """
-    import torch
-
-    padded = [[fill] * (width - len(r)) + list(r) if left else list(r) + [fill] * (width - len(r)) for r in rows]
-    return torch.tensor(padded, dtype=dtype).reshape(len(rows), width)
-
-
-def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids_BP, mask_BP)``: prompts left-padded to the longest one."""
-    import torch
-
-    width = max(len(p) for p in prompts)
-    return (pad_rows(prompts, width, pad_id, torch.long, left=True),
-            pad_rows([[1] * len(p) for p in prompts], width, 0, torch.long, left=True))
 
 
 def distinct_rows(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:

@@ -12,7 +12,7 @@ with SkyRL's Ray actors doing the GPU work, and:
   with SkyRL's own names (step 0, eval before training, becomes an ``eval`` event), the status gets a
   heartbeat every few seconds, checkpoints and evals become events, and the end (or the failure, with its
   traceback) becomes the final status;
-- :func:`trajectory_rows` turns each step's SkyRL ``GeneratorOutput`` (with the advantages SkyRL computed)
+- :func:`skyrl_engine.skyrl_batches.trajectory_rows` turns each step's SkyRL ``GeneratorOutput`` (with the advantages SkyRL computed)
   into a trajectory part in the run store's schema: prompt, response, reward, advantage, the sampler's
   log-probs, ``turns`` for multi-turn episodes.
 
@@ -34,12 +34,11 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_NO_SKYRL, EXIT_STOPPED = 0, 1, 2, 3, 143
 HEARTBEAT_S = 5.0
-Decode = Callable[[list[int], bool], str]
 """``decode(token_ids, skip_special_tokens) -> text`` (a tokenizer's ``decode``)."""
 
 
@@ -215,104 +214,6 @@ def dashboard_aliases(metrics: Mapping[str, Any], policy_gpus: int = 1) -> dict[
 # ------------------------------------------------------------------------------------------ trajectories
 
 
-def sample_inputs(input_batch: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{instance_id: {"env_class", "data_source"}}`` from one SkyRL ``GeneratorInput`` (what the generator
-    output no longer says; :func:`trajectory_rows` reads it back by the sample's ``TrajectoryID``)."""
-    ids = input_batch.get("trajectory_ids") or []
-    envs = input_batch.get("env_classes") or []
-    extras = input_batch.get("env_extras") or [None] * len(ids)
-    return {tid.instance_id: {"env_class": env, "data_source": (extra or {}).get("data_source")}
-            for tid, env, extra in zip(ids, envs, extras, strict=False)}
-
-
-def _spans(mask: Sequence[int]) -> list[tuple[int, int, int]]:
-    """``(start, end, value)`` runs of equal values in a 0/1 mask."""
-    spans: list[tuple[int, int, int]] = []
-    for i, v in enumerate(mask):
-        v = int(v)
-        if spans and spans[-1][2] == v:
-            spans[-1] = (spans[-1][0], i + 1, v)
-        else:
-            spans.append((i, i + 1, v))
-    return spans
-
-
-def _rows_of(tensor: Any) -> list[list[float]]:
-    return tensor.tolist() if hasattr(tensor, "tolist") else [list(row) for row in tensor]
-
-
-def trajectory_rows(step: int, output: Mapping[str, Any], uids: Sequence[str], advantages_BT: Any,
-                    decode: Decode, *, inputs: Mapping[str, Mapping[str, Any]] | None = None,
-                    default_env_class: str = "", store_token_data: bool = True,
-                    multi_turn: bool = False) -> list[dict[str, Any]]:
-    """One run-store row per sample of a SkyRL ``GeneratorOutput`` (docs/architecture.md "The run store").
-
-    ``uids`` are SkyRL's prompt ids per sample; ``advantages_BT`` is SkyRL's ``advantages`` tensor for the
-    same samples (extra padding rows after them are ignored), RIGHT-aligned as SkyRL lays response tensors
-    out: sample b's L response tokens are its last L columns. ``inputs`` comes from :func:`sample_inputs`.
-    With ``multi_turn`` the loss mask's runs become ``turns`` (1: the model's, 0: the environment's tokens).
-    The reward is the sample's (a per-token reward list is summed); the advantage is its first response
-    token's, as skyrl-nb's engine stores it.
-    """
-    advantages = _rows_of(advantages_BT)
-    ids = output.get("trajectory_ids")
-    stops = output.get("stop_reasons")
-    logprobs = output.get("rollout_logprobs")
-    if ids:
-        instances, repetitions = [t.instance_id for t in ids], [t.repetition_id for t in ids]
-    else:  # SkyRL numbers a prompt's samples by repetition_id; count them when there are no trajectory ids
-        instances, repetitions, seen = list(uids), [], {}
-        for instance in instances:
-            repetitions.append(seen.get(instance, 0))
-            seen[instance] = repetitions[-1] + 1
-    numeric = all(str(i).isdigit() for i in instances)
-    rows = []
-    for b, response in enumerate(output["response_ids"]):
-        length = len(response)
-        adv_row = advantages[b]
-        token_adv = [float(x) for x in adv_row[len(adv_row) - length:]] if length else []
-        reward = output["rewards"][b]
-        info = (inputs or {}).get(instances[b], {})
-        row: dict[str, Any] = {
-            "step": int(step),
-            "uid": f"{step}-{instances[b]}-{repetitions[b]}",
-            "group": int(instances[b]) if numeric else str(instances[b]),
-            "prompt": decode(list(output["prompt_token_ids"][b]), False),
-            "response": decode(list(response), True),
-            "reward": float(sum(reward)) if isinstance(reward, (list, tuple)) else float(reward),
-            "advantage": token_adv[0] if token_adv else 0.0,
-            "num_tokens": length,
-            "finish_reason": stops[b] if stops else None,
-            "env_class": info.get("env_class") or default_env_class,
-            "data_source": info.get("data_source") or "unknown",
-            "discarded_reason": None,
-        }
-        if store_token_data:
-            row["token_ids"] = [int(t) for t in response]
-            row["token_logprobs"] = [float(x) for x in logprobs[b]] if logprobs else None
-            row["token_advantages"] = token_adv
-        if multi_turn:
-            turns = [{"role": "assistant" if value else "user", "content": decode(list(response[s:e]), True),
-                      "token_start": s, "token_end": e} for s, e, value in _spans(output["loss_masks"][b])]
-            row["turns"] = json.dumps(turns)
-            row["num_turns"] = sum(1 for t in turns if t["role"] == "assistant")
-        rows.append(row)
-    return rows
-
-
-def apply_overlong_penalty(output: dict[str, Any], max_len: int, buffer_len: int, penalty_factor: float) -> None:
-    """DAPO's soft overlong penalty on a SkyRL ``GeneratorOutput``'s per-sample rewards, in place, before
-    dynamic sampling sees them (where skyrl-nb's engine applies it; ``skyrl_engine.dapo.soft_overlong_penalty``).
-    Per-token reward lists are left alone."""
-    from skyrl_engine.dapo import soft_overlong_penalty
-
-    rewards = output["rewards"]
-    if buffer_len <= 0 or not rewards or isinstance(rewards[0], (list, tuple)):
-        return
-    lengths = [len(r) for r in output["response_ids"]]
-    output["rewards"] = soft_overlong_penalty(list(rewards), lengths, max_len, buffer_len, penalty_factor)
-
-
 # ------------------------------------------------------------------------------------------ builtin:// inputs
 
 
@@ -335,7 +236,7 @@ def resolve_args(words: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     """SkyRL's ``key=value`` words with skyrl-nb's ``builtin://`` inputs made into files SkyRL reads.
 
     - each ``builtin://`` dataset in ``data.train_data`` / ``data.val_data`` is written once as a Parquet file
-      in SkyRL's row format under the engine's cache (``skyrl_engine.models.cache_root()/skyrl-data``; SkyRL
+      in SkyRL's row format under the engine's cache (``skyrl_engine.cache.cache_root()/skyrl-data``; SkyRL
       reads it in this process), with ``max_turns`` from ``generator.max_turns`` added to rows that lack it,
       as skyrl-nb's agent loop does;
     - a ``builtin://`` or ``.gguf`` ``trainer.policy.model.path`` (and critic's) becomes a local Hugging Face
@@ -349,7 +250,7 @@ def resolve_args(words: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     Returns ``(words, resolved)``: the words to hand SkyRL and ``{key: new value}`` for what changed.
     """
     from skyrl_core.skyrl_translate import skyrl_value
-    from skyrl_engine.models import cache_root
+    from skyrl_engine.cache import cache_root
     from skyrl_engine.tasks import BUILTIN_PREFIX, load_prompts, read_rows, write_rows
 
     values = _parse_words(words)
@@ -530,9 +431,17 @@ def _run(args: argparse.Namespace, run_dir: str, tracker: RunStoreTracker) -> in
         return _refuse(tracker, "trainer.fully_async.enabled: true is not run by the bridge (SkyRL's fully async "
                                 "trainer takes only rollout_is / dppo losses); allowed: false")
     start = resume_step(cfg.trainer.ckpt_path, cfg.trainer.resume_mode, cfg.trainer.resume_path)
+    from skyrl_core.resume import attempt_from_env, resume_problem
+
+    # resume_mode=latest with history but no checkpoint would overwrite that history: refused, nothing rewritten
+    refusal = None if start or cfg.trainer.resume_mode != "latest" else resume_problem(
+        run_dir, os.path.expanduser(cfg.trainer.ckpt_path), cfg.trainer.ckpt_interval, instead="launch it under a new run id")
+    if refusal:
+        return _refuse(tracker, refusal)
     tracker.writer.truncate_after(start)
     if start:
-        tracker.writer.log_event("resumed", step=start, path=os.path.join(cfg.trainer.ckpt_path, f"global_step_{start}"))
+        tracker.writer.log_event("resumed", step=start, from_step=start, attempt=attempt_from_env(1),
+                                 path=os.path.join(cfg.trainer.ckpt_path, f"global_step_{start}"))
     p = cfg.trainer.placement
     tracker.policy_gpus = max(1, p.policy_num_nodes * p.policy_num_gpus_per_node)
     _describe_run(tracker, cfg)

@@ -47,11 +47,11 @@ class BridgeConfig(SkyRLTrainConfig):
 @functools.cache
 def experiment_class() -> type:
     """``BridgeExp(cfg, tracker, store_token_data=True, resumed_from=0, resolved=None)``: SkyRL's
-    ``BasePPOExp`` writing skyrl-nb's run store through ``tracker`` (a ``skyrl_bridge.RunStoreTracker``)."""
+    ``BasePPOExp`` writing skyrl-nb's run store through ``tracker`` (a ``skyrl_engine.skyrl_bridge.RunStoreTracker``)."""
     from skyrl.train.entrypoints.main_base import BasePPOExp
     from skyrl.train.trainer import RayPPOTrainer
 
-    from skyrl_engine import skyrl_bridge as bridge
+    from skyrl_engine import skyrl_batches as batches
 
     class BridgeTrainer(RayPPOTrainer):
         """SkyRL's trainer, telling the run store what it does."""
@@ -65,9 +65,9 @@ def experiment_class() -> type:
 
         async def generate(self, input_batch: Any) -> Any:
             output = await super().generate(input_batch)
-            self._bridge_inputs.update(bridge.sample_inputs(input_batch))
+            self._bridge_inputs.update(batches.sample_inputs(input_batch))
             buffer = self.cfg.trainer.algorithm.overlong_buffer
-            bridge.apply_overlong_penalty(output, self.cfg.generator.sampling_params.max_generate_length,
+            batches.apply_overlong_penalty(output, self.cfg.generator.sampling_params.max_generate_length,
                                           buffer.len, buffer.penalty_factor)
             return output
 
@@ -79,7 +79,7 @@ def experiment_class() -> type:
             data = super().compute_advantages_and_returns(data)
             try:
                 output, uids = self._bridge_step
-                rows = bridge.trajectory_rows(
+                rows = batches.trajectory_rows(
                     self.global_step, output, uids, data["advantages"],
                     lambda ids, skip: self.tokenizer.decode(ids, skip_special_tokens=skip),
                     inputs=self._bridge_inputs, default_env_class=self.cfg.environment.env_class,

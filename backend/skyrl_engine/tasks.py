@@ -17,25 +17,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Any
+
+from skyrl_engine.types import PromptRow  # noqa: F401 - re-exported: the loader's row type
 
 BUILTIN_PREFIX = "builtin://"
 ARITHMETIC_SPLITS = {"train": 4096, "test": 256}
 ARITHMETIC_SEED = {"train": 1234, "test": 4321}
 ARITHMETIC_MAX_OPERAND = 4  # operands 0..4: 25 facts, one-digit sums; small enough that RL visibly learns in minutes
-
-
-@dataclass
-class PromptRow:
-    """One dataset row: the chat prompt plus everything the environment needs to score it."""
-
-    prompt: list[dict[str, str]]
-    env_class: str
-    data_source: str
-    ground_truth: Any
-    extras: dict[str, Any] = field(default_factory=dict)
-    """The row without ``prompt`` and ``env_class``: what SkyRL hands the environment as ``extras``."""
 
 
 # SkyRL's defaults for the skyrl-gym environments that take a config (environment.skyrl_gym.*).

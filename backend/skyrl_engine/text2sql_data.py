@@ -28,7 +28,7 @@ _PETS = [("cat", 3, 4.0), ("dog", 5, 12.5), ("cat", 1, 3.2), ("fish", 2, 0.1), (
 
 def builtin_db_root() -> str:
     """Where the built-in task's databases live: ``<SKYRL_NB_CACHE or ~/.cache/skyrl-nb>/text2sql``."""
-    from skyrl_engine.models import cache_root
+    from skyrl_engine.cache import cache_root
 
     return os.path.join(cache_root(), "text2sql")
 

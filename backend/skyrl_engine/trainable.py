@@ -27,7 +27,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyrl_core.config import TrainerConfig
+    from skyrl_engine.types import TrainBatch
 
 FSDP_CONFIG_FILE = "fsdp_config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -43,6 +47,40 @@ def extra_state_file(world_size: int, rank: int) -> str:
     return f"extra_state_world_size_{world_size}_rank_{rank}.pt"
 
 
+def make_optimizer(model: Any, optimizer_config: Any, total_optimizer_steps: int) -> tuple[Any, Any]:
+    """AdamW over ``model``'s parameters and its LR schedule, from an ``optimizer_config`` section."""
+    import torch
+    from transformers import get_scheduler
+
+    oc = optimizer_config
+    trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters alone
+    optimizer = torch.optim.AdamW(trained, lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay)
+    scheduler = get_scheduler(str(oc.scheduler), optimizer, num_warmup_steps=oc.num_warmup_steps,
+                              num_training_steps=max(1, total_optimizer_steps))
+    return optimizer, scheduler
+
+
+def updates_per_step(trainer: TrainerConfig, mini_batch_size: int) -> int:
+    """Optimizer steps one training step makes: mini-batches per batch × update epochs."""
+    return (trainer.train_batch_size // mini_batch_size) * trainer.update_epochs_per_batch
+
+
+def forward_no_grad(model: Any, batch: TrainBatch, micro_rows: int, fn: Any) -> Any:
+    """``fn(model, micro_batch)`` over ``batch`` in slices of ``micro_rows`` rows, without grad, concatenated."""
+    import torch
+
+    parts = []
+    with torch.no_grad():
+        for start in range(0, batch.sequences_BL.shape[0], max(1, micro_rows)):
+            parts.append(fn(model, batch.rows(start, start + micro_rows)))
+    return torch.cat(parts, dim=0)
+
+
+def forward_rows(trainer: TrainerConfig) -> int:
+    """Rows per no-grad forward pass: the larger of the forward and train micro-batch sizes."""
+    return max(1, trainer.micro_forward_batch_size_per_gpu, trainer.micro_train_batch_size_per_gpu)
+
+
 class TrainableWorker:
     """One rank of a trained role. Subclasses set :attr:`role`, build ``self.model`` and call
     :meth:`_setup`; they write and read the consolidated weights (:meth:`_write_weights`,
@@ -53,8 +91,6 @@ class TrainableWorker:
 
     def _setup(self, optimizer_config: Any, fsdp_config: Any, total_optimizer_steps: int, rank: int,
                world_size: int) -> None:
-        from skyrl_engine.policy import make_optimizer
-
         self.optimizer_config, self.fsdp_config = optimizer_config, fsdp_config
         self.total_optimizer_steps = max(1, total_optimizer_steps)
         self.rank, self.world_size = rank, world_size
@@ -76,8 +112,6 @@ class TrainableWorker:
         cannot wrap it), build the optimizer over the wrapped parameters; this rank's record:
         ``{rank, strategy, node_id, pid}`` (and ``fallback``, the reason, when ddp replaced fsdp2)."""
         from skyrl_engine.distributed import DistributedContext, node_id
-        from skyrl_engine.policy import make_optimizer
-
         self.dist = DistributedContext(address, self.rank, self.world_size)
         self.model, self.strategy, fallback = self.dist.wrap(self.model, strategy, self.fsdp_config)
         self.optimizer, self.scheduler = make_optimizer(self.model, self.optimizer_config, self.total_optimizer_steps)
@@ -94,8 +128,6 @@ class TrainableWorker:
     def forward_rows_no_grad(self, batch: Any, micro_rows: int, fn: Any) -> Any:
         """``fn(model, micro_batch)`` over the batch without grad, concatenated along rows; with N ranks
         each computes its slice and every rank gets the whole (the ranks' passes must match in number)."""
-        from skyrl_engine.policy import forward_no_grad
-
         if self.dist is None:
             return forward_no_grad(self.model, batch, micro_rows, fn)
         first, last = self.my_rows(batch.sequences_BL.shape[0])

@@ -35,7 +35,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skyrl_engine.protocol import Completions
+from skyrl_engine.types import Completions
 
 if TYPE_CHECKING:
     from skyrl_core.config import SamplingParams

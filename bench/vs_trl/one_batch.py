@@ -83,11 +83,11 @@ def skyrl_grad(work: str, model_seed: int) -> None:
     """skyrl-nb's advantages, loss and pre-clip gradients for the batch -> ``<work>/skyrl.pt``."""
     import torch
 
-    from skyrl_engine.generator import GeneratorOutput
     from skyrl_engine.models import load_tokenizer
     from skyrl_engine.policy import PolicyWorker
-    from skyrl_engine.protocol import Completions, to_sample_batch
+    from skyrl_engine.protocol import to_sample_batch
     from skyrl_engine.trainer import build_train_batch
+    from skyrl_engine.types import Completions, GeneratorOutput
 
     d = torch.load(os.path.join(work, "batch.pt"), weights_only=False)
     n, B = d["group"], len(d["completion_ids"])

@@ -47,8 +47,8 @@ def batches(rows: list, passes: int) -> list[list]:
 
 def skyrl_part(work: str, model_dir: str, seed: int, passes: int) -> None:
     """The engine's generator role over every batch -> ``<work>/skyrl.json``."""
-    from skyrl_engine.generator import step_seed
     from skyrl_engine.tasks import load_prompts
+    from skyrl_engine.types import step_seed
     from skyrl_engine.workers import Workers
 
     cfg = vs_trl.skyrl_config(SETUP, 1, 1, seed, work, model_dir)

@@ -8,9 +8,9 @@ from skyrl_core.config import load_config
 from skyrl_core.runs import RunReader, RunWriter
 from skyrl_engine import algorithms
 from skyrl_engine.critic import CriticWorker
-from skyrl_engine.policy import TrainBatch
 from skyrl_engine.tasks import load_prompts
 from skyrl_engine.trainer import RLTrainer
+from skyrl_engine.types import TrainBatch
 from skyrl_engine.workers import Workers
 
 CRITIC_KEYS = ["critic/critic_loss", "critic/values_mean", "critic/values_clipfrac", "critic/grad_norm",

@@ -18,10 +18,10 @@ from skyrl_engine.dapo import (
     soft_overlong_penalty,
     zero_variance_groups,
 )
-from skyrl_engine.generator import GeneratorOutput
-from skyrl_engine.sampler import SampleBatch, SamplingParams
-from skyrl_engine.tasks import PromptRow, load_prompts
+from skyrl_engine.sampler import SamplingParams
+from skyrl_engine.tasks import load_prompts
 from skyrl_engine.trainer import RLTrainer, build_train_batch, trajectory_rows
+from skyrl_engine.types import GeneratorOutput, PromptRow, SampleBatch
 from skyrl_engine.workers import Workers
 
 

@@ -53,7 +53,8 @@ def test_a_plugin_environment_scores_rollouts(monkeypatch):
     """The plug-in's environment, registered by name, is what skyrl-gym makes for its rows."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures" / "plugins"))
     from skyrl_core.registry import load_plugins
-    from skyrl_engine.tasks import PromptRow, score_response
+    from skyrl_engine.tasks import score_response
+    from skyrl_engine.types import PromptRow
 
     load_plugins(["my_skyrl_plugin"])
     row = PromptRow(prompt=[{"role": "user", "content": "7+1"}], env_class="my_echo", data_source="t",

@@ -156,7 +156,7 @@ def _batch(vocab: int):
     """8 rows (4 prompts × 2 samples) of random tokens: 6 prompt + 6 response, a few responses shorter."""
     import torch
 
-    from skyrl_engine.policy import TrainBatch
+    from skyrl_engine.types import TrainBatch
 
     g = torch.Generator().manual_seed(0)
     sequences = torch.randint(3, vocab, (8, 12), generator=g)

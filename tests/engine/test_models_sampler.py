@@ -19,9 +19,10 @@ from skyrl_engine.models import (
     load_tokenizer,
     tiny_model_dir,
 )
-from skyrl_engine.policy import TrainBatch, response_logprobs
+from skyrl_engine.policy import response_logprobs
 from skyrl_engine.sampler import SamplingParams, sample
 from skyrl_engine.tasks import load_prompts
+from skyrl_engine.types import TrainBatch
 
 
 def test_tokenizer_round_trip_and_chat_template(tmp_path):

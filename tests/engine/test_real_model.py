@@ -21,8 +21,9 @@ def test_the_packaged_smollm2_loads_with_its_template_and_eos_and_samples_as_the
     import torch
 
     from skyrl_engine.models import encode_prompt, load_model, load_tokenizer, resolve_model_path
-    from skyrl_engine.policy import TrainBatch, response_logprobs
+    from skyrl_engine.policy import response_logprobs
     from skyrl_engine.sampler import SamplingParams, sample
+    from skyrl_engine.types import TrainBatch
 
     assert resolve_model_path("builtin://smollm2-135m-instruct", None, 0) == smollm2_dir  # cached: same dir
     tok = load_tokenizer(smollm2_dir)

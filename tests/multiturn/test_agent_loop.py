@@ -12,7 +12,8 @@ from skyrl_core.config import load_config
 from skyrl_engine.generator import GeneratorWorker, SingleTurnLoop
 from skyrl_engine.multiturn import MultiTurnLoop
 from skyrl_engine.sampler import SamplingParams
-from skyrl_engine.tasks import PromptRow, env_configs_from_environ, load_prompts
+from skyrl_engine.tasks import env_configs_from_environ, load_prompts
+from skyrl_engine.types import PromptRow
 
 
 def _worker(model_dir: str, max_turns: int, env_configs=None) -> GeneratorWorker:

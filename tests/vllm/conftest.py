@@ -93,7 +93,7 @@ def vllm_engine(vllm_python, tiny_model_dirs, engine_ray):
     shared by the engine test and the matrix: starting one takes ~17 s here. float32 as the trainer, a
     fixed seed, and room for multi-turn episodes (as ``GeneratorWorker`` starts engines for
     ``generator.max_turns > 1``). Whoever changes its weights leaves the first model's back."""
-    from skyrl_engine.multiturn import context_tokens
+    from skyrl_engine.protocol import context_tokens
     from skyrl_engine.vllm_engine import VLLMGenerator
 
     engine = VLLMGenerator(tiny_model_dirs[0], python=vllm_python, dtype="float32", num_threads=1, seed=42,

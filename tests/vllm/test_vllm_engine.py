@@ -42,7 +42,8 @@ def test_sample_then_sync_weights(vllm_engine, tiny_model_dirs, logprob_atol) ->
 
     from skyrl_core.config import SamplingParams
     from skyrl_engine.models import build_char_tokenizer
-    from skyrl_engine.protocol import Completions, TokenGenerator
+    from skyrl_engine.protocol import TokenGenerator
+    from skyrl_engine.types import Completions
 
     model_a, model_b = tiny_model_dirs
     tok = build_char_tokenizer()

@@ -20,8 +20,9 @@ def _trainer_gap(model, out, prompts, pad_id: int, temperature: float) -> tuple[
     """Max |trainer - engine| log-prob over the response tokens of ``out``, as the trainer lays the batch out."""
     import torch
 
-    from skyrl_engine.policy import TrainBatch, response_logprobs
+    from skyrl_engine.policy import response_logprobs
     from skyrl_engine.protocol import to_sample_batch
+    from skyrl_engine.types import TrainBatch
 
     s = to_sample_batch(out, prompts, pad_id)
     batch = TrainBatch(torch.cat([s.prompt_ids_BP, s.response_ids_BT], 1), torch.cat([s.prompt_mask_BP, s.response_mask_BT], 1),
