@@ -36,6 +36,25 @@ SHORT, LONG = 20, 190
 SAMPLES = (4, 4)  # train_batch_size x n_samples_per_prompt: 16 rollouts per step
 LOG_LINES = 200
 COMPARE_CHART = ".skyrl-chart:has(.sk-series[data-name='long'])"  # the one panel with a series per run
+SHORT_REWARD = ".skyrl-chart:has(.sk-series[data-name^='95% CI'])"  # the 0/1 run's dashboard reward panel
+
+# Every reference to an id on the page (clip-path, fill, mask, marker, filter: anything written url(#id)) whose
+# id is not on the page exactly once, inside the same SVG as the reference.
+_BAD_REFS_JS = """() => {
+  const bad = [];
+  let refs = 0;
+  for (const e of document.querySelectorAll("*")) {
+    for (const a of e.attributes) {
+      for (const m of a.value.matchAll(/url\\(#([^)]+)\\)/g)) {
+        refs += 1;
+        const found = document.querySelectorAll(`[id="${m[1]}"]`);
+        if (found.length !== 1 || found[0].ownerSVGElement !== (e.ownerSVGElement || e.closest("svg")))
+          bad.push({ attr: a.name, id: m[1], count: found.length });
+      }
+    }
+  }
+  return { refs, bad };
+}"""
 
 CELLS = [
     '''\
@@ -101,7 +120,7 @@ _MEASURE_JS = """() => {
     const ticks = Array.from(chart.querySelectorAll(".sk-x-tick")).map((t) =>
       [Number(t.dataset.value), toScreen(svg, +t.getAttribute("x"), 0)[0]]);
     return {
-      title: chart.querySelector(".sk-chart-title").textContent, subtitle: chart.querySelector(".sk-chart-subtitle").textContent,
+      id: chart.dataset.chartId, title: chart.querySelector(".sk-chart-title").textContent, subtitle: chart.querySelector(".sk-chart-subtitle").textContent,
       frame: [f.left, f.top, f.right, f.bottom], clipId: ref ? ref[1] : null, clipIdCount: ref ? ids.get(ref[1]) || 0 : 0,
       clipInOwnSvg: Boolean(clip && clip.ownerSVGElement === svg), clipBox, series, ticks,
       svgWidth: svg.getBoundingClientRect().width, plotWidth: chart.querySelector(".sk-chart-plot").getBoundingClientRect().width,
@@ -153,6 +172,9 @@ def _x_of(ticks: list[list[float]], step: float) -> float:
 
 def _check_page(page, phase: str) -> list[dict]:
     """Every chart clipped by its own frame, every point inside it, each curve to its last step; returns the charts."""
+    refs = page.evaluate(_BAD_REFS_JS)
+    assert refs["refs"] >= 9 and not refs["bad"], (
+        f"{phase}: of {refs['refs']} url(#id) references, ambiguous or into another SVG: {refs['bad'][:5]}")
     charts = page.evaluate(_MEASURE_JS)
     assert len(charts) >= 6, f"{phase}: {len(charts)} charts on the page: {[c['title'] for c in charts]}"
     for c in charts:
@@ -177,15 +199,18 @@ def _check_page(page, phase: str) -> list[dict]:
     return charts
 
 
-def _readout(page, chart, steps: list[float]) -> list[tuple[float, str]]:
-    """Move the pointer over `chart` at each step's x (from the ticks drawn); what the read-out names there."""
+def _readout(page, selector: str, steps: list[float]) -> list[tuple[float, str]]:
+    """Move the pointer over the chart at each step's x (from the ticks drawn); what the read-out names there."""
+    page.locator(selector).first.scroll_into_view_if_needed()
+    chart_id = page.locator(selector).first.get_attribute("data-chart-id")
+    chart = next(c for c in page.evaluate(_MEASURE_JS) if c["id"] == chart_id)
     got = []
     for step in steps:
         x = _x_of(chart["ticks"], step)
         y = (chart["frame"][1] + chart["frame"][3]) / 2
         page.mouse.move(x, y)
         page.wait_for_timeout(60)
-        text = page.locator(f"{COMPARE_CHART} .sk-hover-step").first.inner_text()
+        text = page.locator(f"{selector} .sk-hover-step").first.inner_text()
         got.append((round(_step_at(chart["ticks"], x), 2), text))
     page.mouse.move(0, 0)
     return got
@@ -240,9 +265,7 @@ def test_two_dashboards_and_compare_keep_every_point_in_their_own_frames(lab, pa
                for c in charts]
         assert sizes is None or now == sizes, f"{phase}: chart sizes changed with the theme: {sizes} -> {now}"
         sizes = now
-        page.locator(COMPARE_CHART).first.scroll_into_view_if_needed()
-        compare = next(c for c in page.evaluate(_MEASURE_JS) if c["subtitle"] == "reward/avg_raw_reward")
-        readouts = _readout(page, compare, [50.3, 117.8, 183.0])
+        readouts = _readout(page, COMPARE_CHART, [50.3, 117.8, 183.0]) + _readout(page, SHORT_REWARD, [3.3, 10.0, 16.7])
         for at, text in readouts:
             assert text == f"step {round(at)}", f"{phase}: pointer at step {at}, read-out {text!r}"
         measured[phase] = {"charts": len(charts), "points": sum(len(s["points"]) for c in charts for s in c["series"]),
