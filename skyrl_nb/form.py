@@ -8,11 +8,12 @@
 The fields cover model, environment and data, algorithm, group size, batch sizes, learning rate,
 KL, steps and placement; every other key keeps the preset's value (edit it in the YAML tab).
 
-With a `cluster`, the plan is checked against it as you edit: the GPUs and CPUs the job asks for
-against what the cluster's nodes have, each training rank's memory against one device, and, for the
-vLLM backend, whether vLLM is there at all (a probe job, once). What cannot run keeps Launch disabled,
-with the reason beside the field it is about, in the words of the form's labels (the dotted key in
-small print below).
+The placement is checked by the engine's own rules (`skyrl_core.placement`) as you edit; with a
+`cluster`, against what its nodes have, each training rank's memory against one device, and whether
+vLLM, SkyRL and the trackers' packages the config needs are there (one probe per cluster, asked once):
+the same lines `Cluster.plan` and `Cluster.launch` give. What cannot run keeps Launch disabled, with
+each reason on a line of its own beside the field it is about, in the words of the form's labels (the
+dotted key in small print below).
 """
 
 from __future__ import annotations
@@ -58,29 +59,26 @@ def input_kind(key: str) -> tuple[str, tuple[str, ...]]:
     return {bool: "bool", int: _INT, float: _FLOAT}.get(annotation, "text"), ()
 
 
-def resources_for(cfg: Any) -> dict[str, Any]:
-    """What a job with `cfg` will ask the cluster for (an estimate from the placement keys).
+def resources_for(cfg: Any, device: str | None = None) -> dict[str, Any]:
+    """What a job with `cfg` reserves on a cluster whose slots are `device` ("GPU" or "CPU"): the engine's own
+    placement plan (`skyrl_core.placement`). Without a `device` (no cluster to ask) vLLM is taken to run on
+    GPUs and the torch backend on CPUs.
 
-    torch backend: CPU actors only (one trainer, `num_engines` samplers). vLLM: one GPU per engine
-    per tensor-parallel rank, plus the policy's GPUs unless everything is colocated.
+    >>> from skyrl_core.config import load_config
+    >>> resources_for(load_config("quickstart", ["trainer.placement.colocate_all=false"]), "CPU")["text"]
+    '2 CPU(s), no GPU: disaggregated: policy 1 node(s) × 1 CPU + 1 engine(s) × tp 1 CPU'
     """
-    from skyrl_core.config import policy_ranks
+    from skyrl_core.placement import plan_placement, runs_in_job_process
 
-    eng = cfg.generator.inference_engine
-    place = cfg.trainer.placement
-    train = policy_ranks(cfg)
-    if eng.backend == Backend.TORCH:
-        if train == 1:
-            return {"CPU": 1 + eng.num_engines, "GPU": 0,
-                    "text": f"{1 + eng.num_engines} CPU actors (1 trainer + {eng.num_engines} sampler), no GPU"}
-        cpus = max(train, eng.num_engines) if place.colocate_all else train + eng.num_engines
-        how = " sharing them (colocated)" if place.colocate_all else ""
-        return {"CPU": cpus, "GPU": 0,
-                "text": f"{cpus} CPU(s): {train} trainer ranks + {eng.num_engines} sampler{how}, no GPU"}
-    infer = eng.num_engines * eng.tensor_parallel_size
-    gpus = max(infer, train) if place.colocate_all else infer + train
-    how = "shared by trainer and vLLM (colocated)" if place.colocate_all else f"{train} trainer + {infer} vLLM"
-    return {"CPU": 1, "GPU": gpus, "text": f"{gpus} GPU(s): {how}"}
+    unit = device or ("GPU" if cfg.generator.inference_engine.backend == Backend.VLLM else "CPU")
+    if runs_in_job_process(cfg, unit):
+        return {"CPU": 0, "GPU": 0, "text": "no CPU actors: trainer and sampler take turns in the job's own process "
+                                            "(colocated, one rank, no GPU)"}
+    plan = plan_placement(cfg, unit)
+    total = plan.total()
+    cpus, gpus = int(total.get("CPU", 0)), int(total.get("GPU", 0))
+    text = f"{gpus} GPU(s) and {cpus} CPU(s)" if gpus else f"{cpus} CPU(s), no GPU"
+    return {"CPU": cpus, "GPU": gpus, "text": f"{text}: {plan.describe()}"}
 
 
 class ConfigForm:
@@ -99,7 +97,6 @@ class ConfigForm:
         self.problems: list[str] = []
         self.memory: Any = None  # the form config's MemoryEstimate (skyrl_core.memory); None while a value is bad
         self._nodes: list[dict[str, float]] | None = None  # the cluster's node resources, read once
-        self._vllm: tuple[str | None] | None = None  # the cluster's vLLM probe, asked once: (problem or None,)
         self._base = cfg.to_dict()
         inputs = {key: input_kind(key) for key in form_keys()}
         self.view = ConfigFormView({key: kind for key, (kind, _) in inputs.items()},
@@ -136,23 +133,21 @@ class ConfigForm:
 
         cfg, problems = config_problems(self._base, self._overrides())  # the one validation launch uses too
         self.memory = rank_memory(cfg) if cfg is not None else None
-        if self.memory is not None:
-            problems = [*problems, *self.memory.problems(self._rank_capacity(cfg))]
         if cfg is not None:
             problems = [*problems, *self.cluster_problems(cfg)]
-        per_key: dict[str, str] = {}
+        per_key: dict[str, list[str]] = {}
         general: list[str] = []
         for line in problems:
             key, _, msg = line.partition(":")
             if key in self.view.inputs:
-                per_key[key] = (per_key[key] + "; " if key in per_key else "") + msg.strip()
+                per_key.setdefault(key, []).append(msg.strip())
             else:
                 general.append(line)
         self.view.set_messages(per_key, general)
         self.problems = problems
         self.config = cfg if not problems else None
         if cfg is not None:
-            self.view.set_resources(resources_for(cfg)["text"], self.memory.summary())
+            self.view.set_resources(resources_for(cfg, self._device())["text"], self.memory.summary())
             if not problems:
                 self.view.set_yaml(cfg.to_yaml())
         return problems
@@ -168,57 +163,31 @@ class ConfigForm:
                 self._nodes = []
         return self._nodes
 
-    def _rank_capacity(self, cfg: Any) -> Any:
-        """What one rank has on the form's cluster (None without a cluster, or when it cannot be told)."""
-        from skyrl_core.memory import capacity_from_nodes
+    def _device(self) -> str | None:
+        """What one slot is on the form's cluster (GPU when it has any), None when unknown."""
+        from skyrl_core.placement import ClusterResources
 
-        if not self._node_list():
-            return None
-        return capacity_from_nodes(self._nodes, cfg.trainer.placement.policy_num_gpus_per_node)
+        nodes = self._node_list()
+        return ClusterResources.from_nodes(nodes).device if nodes else None
 
     def cluster_problems(self, cfg: Any) -> list[str]:
-        """What keeps ``cfg`` off the form's cluster, one line each starting with the keys it is about: more
-        GPUs (or CPUs) than the cluster's nodes have, and, for the vLLM backend, no vLLM there (asked once
-        with a probe job, `skyrl_nb.cluster.vllm_check`). [] without a cluster or when it cannot be told."""
+        """What keeps ``cfg`` off the form's cluster, one line each starting with the keys it is about: the
+        engine's placement rules (the config-only ones without a cluster), each rank's memory against one
+        device there, and vLLM, SkyRL or a tracker's package missing there (one probe per cluster, asked once).
+        The lines `Cluster.plan` and `Cluster.launch` give (`skyrl_nb.cluster.base.cluster_problems`)."""
+        from skyrl_nb.cluster.base import cluster_problems
+        from skyrl_nb.cluster.packages import packages_needed
+
         nodes = self._node_list()
-        if not nodes:
-            return []
-        need = resources_for(cfg)
-        cpus = sum(n.get("CPU", 0.0) for n in nodes)
-        gpus = sum(n.get("GPU", 0.0) for n in nodes)
-        backend = "generator.inference_engine.backend"
-        problems = []
-        vllm = cfg.generator.inference_engine.backend == Backend.VLLM
-        if vllm and gpus == 0:
-            # the engine then runs its vLLM engines on CPU slots (vLLM's CPU build), one core each
-            if need["GPU"] > cpus:
-                problems.append(f"{backend}, generator.inference_engine.num_engines: vllm on this cluster (no GPU) "
-                                f"needs {need['GPU']} CPU slot(s); it has {cpus:g} CPU(s)")
-        elif need["GPU"] > gpus:
-            problems.append(f"{backend}, trainer.placement.policy_num_gpus_per_node: the job asks for {need['GPU']} "
-                            f"GPU(s); the cluster has {gpus:g}")
-        if not cfg.trainer.placement.colocate_all and need["CPU"] > cpus:
-            problems.append(f"trainer.placement.colocate_all: the job asks for {need['CPU']} CPU(s) (its actors "
-                            f"do not share); the cluster has {cpus:g}")
-        if vllm:
-            problem = self._vllm_problem()
-            if problem:
-                gpu = "; the cluster has no GPU either (there its engines would run on CPU, with vLLM's CPU build)"
-                problems.append(f"{backend}: {problem}{gpu if gpus == 0 else ''}; pick torch, or install vLLM there")
-        return problems
-
-    def _vllm_problem(self) -> str | None:
-        if self._vllm is None:
-            from skyrl_nb.cluster.vllm_check import vllm_problem
-
-            self.view.set_checking("is vLLM on the cluster? asking it with a probe job…")
-            try:
-                self._vllm = (vllm_problem(self.cluster),)
-            except Exception as err:  # noqa: BLE001 - the probe could not even be submitted: say so, refuse
-                self._vllm = (f"whether vLLM is on the cluster could not be checked ({type(err).__name__}: {err})",)
-            finally:
+        asking = (self.cluster is not None and packages_needed(cfg)
+                  and getattr(self.cluster, "_package_report", None) is None)
+        if asking:
+            self.view.set_checking("which packages does the cluster have (vLLM, SkyRL, trackers)? asking it once…")
+        try:
+            return cluster_problems(cfg, nodes or None, self.cluster)
+        finally:
+            if asking:
                 self.view.set_checking("")
-        return self._vllm[0]
 
     def set(self, key: str, value: Any) -> list[str]:
         """Set one field as a user would type it (text for numbers) and return the problems."""

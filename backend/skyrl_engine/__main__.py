@@ -68,9 +68,21 @@ def _config_or_problems(source: str, overrides: list[str]):
 
 
 def validate(source: str, overrides: list[str]) -> int:
-    """Exit code 0 when the config can run, 2 (and one line per problem) when not."""
+    """Exit code 0 when the config can run here, 2 (and one line per problem) when not: the config's own checks,
+    its placement, and the packages it needs (the lines the notebook's form and ``Cluster.launch`` give)."""
     cfg = _config_or_problems(source, overrides)
     if cfg is None:
+        return EXIT_BAD_CONFIG
+    from skyrl_core.packages import answer_here, package_lines, packages_needed
+    from skyrl_engine.placement import validate_placement
+
+    # what train would refuse at its start: the placement (skyrl_core.placement; the cluster's size too when run
+    # as a job) and the packages the config needs here (vLLM, SkyRL, trackers: skyrl_core.packages)
+    problems = validate_placement(cfg)
+    if packages_needed(cfg):
+        problems += package_lines(cfg, answer_here())
+    if problems:
+        _print_problems(problems)
         return EXIT_BAD_CONFIG
     print(f"ok: {cfg!r}")
     return EXIT_OK

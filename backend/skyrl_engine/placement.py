@@ -14,7 +14,11 @@ the engines take ``num_engines * tensor_parallel_size``.
 On a GPU cluster a slot is ``{"GPU": 1, "CPU": 1}``; on a CPU-only cluster a slot is one CPU core,
 so "disaggregated" means separate processes, each with its own CPU bundle.
 
-    plan = plan_placement(cfg)                 # pure arithmetic, no Ray
+The arithmetic and its rules live in :mod:`skyrl_core.placement` (pure Python), so the config form,
+``Cluster.plan`` / ``Cluster.launch`` and ``python -m skyrl_engine validate`` refuse exactly what
+:meth:`Placement.create` would, with the same line. This module adds what needs Ray.
+
+    plan = plan_placement(cfg)                 # pure arithmetic (the device read from the connected cluster)
     plan.problems(cluster_resources())         # [] when it can exist on this cluster
     placement = Placement.create(plan)         # raises PlacementError (one line) when it cannot
     Trainer.options(**placement.policy_options(0)).remote(...)
@@ -26,9 +30,18 @@ from __future__ import annotations
 
 import html
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+# The arithmetic and the rules are skyrl_core's (the form, Cluster.plan/launch and `validate` use the same).
+from skyrl_core.placement import (
+    ClusterResources,
+    PlacementError,
+    PlacementPlan,
+    colocated_in_one_process,
+    fmt_resources,
+    placement_problems,
+)
+from skyrl_core.placement import plan_placement as _plan_on
 
 __all__ = [
     "ClusterResources",
@@ -37,29 +50,15 @@ __all__ = [
     "PlacementPlan",
     "cluster_resources",
     "plan_placement",
+    "refuse_impossible",
     "start_private_ray",
+    "validate_placement",
 ]
 
 # Share of a colocated bundle each side asks for, so both fit in the same bundle (SkyRL uses
 # fractional GPUs the same way: 0.2 for the trainer workers, the rest for the engine).
 _COLOCATED_POLICY_SHARE = 0.5
 _COLOCATED_ENGINE_SHARE = 0.5
-
-
-class PlacementError(RuntimeError):
-    """The placement asked for cannot exist (or cannot be had) on this cluster; the message is one line."""
-
-
-@dataclass(frozen=True)
-class ClusterResources:
-    """What a Ray cluster has: totals and, per alive node, its own totals."""
-
-    total: dict[str, float]
-    nodes: list[dict[str, float]] = field(default_factory=list)
-
-    def largest_node(self, resource: str) -> float:
-        """The most of ``resource`` that any single node has."""
-        return max((n.get(resource, 0.0) for n in self.nodes), default=self.total.get(resource, 0.0))
 
 
 def cluster_resources() -> ClusterResources:
@@ -72,165 +71,50 @@ def cluster_resources() -> ClusterResources:
     return ClusterResources(total={k: float(v) for k, v in ray.cluster_resources().items()}, nodes=nodes)
 
 
-@dataclass(frozen=True)
-class PlacementPlan:
-    """How many bundles of what each side gets; built by :func:`plan_placement`, checked before use."""
-
-    colocate_all: bool
-    device: str  # "GPU" or "CPU": what one slot is
-    policy_num_nodes: int
-    policy_num_gpus_per_node: int
-    num_engines: int
-    tensor_parallel_size: int
-
-    @property
-    def policy_slots(self) -> int:
-        """Devices (or CPU cores) the policy uses: nodes × per node."""
-        return self.policy_num_nodes * self.policy_num_gpus_per_node
-
-    @property
-    def engine_slots(self) -> int:
-        """Devices (or CPU cores) the engines use: engines × tensor parallel size."""
-        return self.num_engines * self.tensor_parallel_size
-
-    def _slot(self, n: int = 1) -> dict[str, float]:
-        return {"GPU": float(n), "CPU": float(n)} if self.device == "GPU" else {"CPU": float(n)}
-
-    @property
-    def policy_bundles(self) -> list[dict[str, float]]:
-        """Bundles of the policy's placement group (empty when colocated: it shares the engines')."""
-        if self.colocate_all:
-            return []
-        return [self._slot(self.policy_num_gpus_per_node) for _ in range(self.policy_num_nodes)]
-
-    @property
-    def policy_strategy(self) -> str:
-        """Ray's placement strategy for the policy's group: ``STRICT_SPREAD`` (each node's bundle on a Ray
-        node of its own, as SkyRL's nodes are) when the policy spans nodes, else ``PACK``."""
-        return "STRICT_SPREAD" if len(self.policy_bundles) > 1 else "PACK"
-
-    @property
-    def engine_bundles(self) -> list[dict[str, float]]:
-        """One one-slot bundle per engine device; engine i owns bundles i*tp … i*tp+tp-1."""
-        return [self._slot(1) for _ in range(self.engine_slots)]
-
-    def total(self) -> dict[str, float]:
-        """Resources the whole placement reserves."""
-        out: dict[str, float] = {}
-        for bundle in self.policy_bundles + self.engine_bundles:
-            for k, v in bundle.items():
-                out[k] = out.get(k, 0.0) + v
-        return out
-
-    def config_problems(self) -> list[str]:
-        """Problems visible from the config alone (no cluster needed), one line each."""
-        problems = []
-        for key, value in (
-            ("trainer.placement.policy_num_nodes", self.policy_num_nodes),
-            ("trainer.placement.policy_num_gpus_per_node", self.policy_num_gpus_per_node),
-            ("generator.inference_engine.num_engines", self.num_engines),
-            ("generator.inference_engine.tensor_parallel_size", self.tensor_parallel_size),
-        ):
-            if value < 1:
-                problems.append(f"{key}: {value} must be at least 1")
-        if self.colocate_all and self.policy_slots != self.engine_slots:
-            problems.append(
-                "trainer.placement.colocate_all: the policy uses policy_num_nodes × policy_num_gpus_per_node = "
-                f"{self.policy_num_nodes} × {self.policy_num_gpus_per_node} = {self.policy_slots} "
-                f"{self._unit()} but the engines use num_engines × tensor_parallel_size = "
-                f"{self.num_engines} × {self.tensor_parallel_size} = {self.engine_slots}; they must be equal "
-                "when colocating (or set trainer.placement.colocate_all=false)"
-            )
-        return problems
-
-    def problems(self, cluster: ClusterResources) -> list[str]:
-        """Why this placement cannot exist on ``cluster``, one line each; [] when it can."""
-        problems = self.config_problems()
-        if problems:
-            return problems
-        need = self.total()
-        for resource in ("GPU", "CPU"):
-            want = need.get(resource, 0.0)
-            have = cluster.total.get(resource, 0.0)
-            if want > have:
-                problems.append(
-                    f"trainer.placement: {self.describe()} needs {_fmt(want)} {resource} but the cluster has "
-                    f"{_fmt(have)} {resource} in all"
-                )
-        if not problems:
-            for bundle in self.policy_bundles:
-                for resource, want in bundle.items():
-                    if want > cluster.largest_node(resource):
-                        problems.append(
-                            f"trainer.placement.policy_num_gpus_per_node: one policy node needs {_fmt(want)} "
-                            f"{resource} but the largest node has {_fmt(cluster.largest_node(resource))}"
-                        )
-                break
-        if not problems and self.policy_strategy == "STRICT_SPREAD" and cluster.nodes:
-            bundle = self.policy_bundles[0]
-            fit = sum(all(node.get(k, 0.0) >= v for k, v in bundle.items()) for node in cluster.nodes)
-            if fit < self.policy_num_nodes:
-                problems.append(
-                    f"trainer.placement.policy_num_nodes: {self.policy_num_nodes} policy nodes need "
-                    f"{self.policy_num_nodes} Ray nodes that can each hold {_fmt_resources(bundle)}, but only "
-                    f"{fit} of the cluster's {len(cluster.nodes)} alive node(s) can"
-                )
-        return problems
-
-    def describe(self) -> str:
-        """One line: which sides get how many of what."""
-        unit = self._unit()
-        if self.colocate_all:
-            return (
-                f"colocated: {self.engine_slots} shared {unit} bundle(s) for "
-                f"{self.num_engines} engine(s) × tp {self.tensor_parallel_size} and the policy"
-            )
-        return (
-            f"disaggregated: policy {self.policy_num_nodes} node(s) × {self.policy_num_gpus_per_node} {unit} "
-            f"+ {self.num_engines} engine(s) × tp {self.tensor_parallel_size} {unit}"
-        )
-
-    def _unit(self) -> str:
-        return "GPU" if self.device == "GPU" else "CPU"
-
-    def __repr__(self) -> str:
-        return f"PlacementPlan({self.describe()}; reserves {_fmt_resources(self.total())})"
-
-    def _repr_html_(self) -> str:
-        return f"<code>{html.escape(repr(self))}</code>"
-
-
 def plan_placement(cfg: Any = None, *, device: str | None = None, **overrides: Any) -> PlacementPlan:
-    """Build the plan from ``trainer.placement`` and ``generator.inference_engine`` of a config (a JobConfig,
-    dotted dict or nested dict; keys it lacks take the schema's defaults, SkyRL's).
-
-    ``device`` is "GPU" or "CPU"; None picks GPU when the connected Ray cluster has any, else CPU.
-    Keyword overrides use the last part of the key: ``plan_placement(cfg, colocate_all=False)``.
+    """``skyrl_core.placement.plan_placement`` where ``device`` None picks GPU when the connected Ray cluster
+    has any, else CPU.
 
     >>> plan_placement({"trainer.placement.colocate_all": False}, device="CPU").total()
     {'CPU': 2.0}
     """
-    from skyrl_core.config import as_config
-
-    job = as_config(cfg)
-    placement, engine = job.trainer.placement, job.generator.inference_engine
-    values = {"colocate_all": placement.colocate_all, "policy_num_nodes": placement.policy_num_nodes,
-              "policy_num_gpus_per_node": placement.policy_num_gpus_per_node,
-              "num_engines": engine.num_engines, "tensor_parallel_size": engine.tensor_parallel_size}
-    values.update(overrides)
     if device is None:
-        device = "GPU" if cluster_resources().total.get("GPU", 0.0) > 0 else "CPU"
-    device = device.upper()
-    if device not in ("GPU", "CPU"):
-        raise ValueError(f"device: {device!r} is not allowed; allowed: GPU, CPU")
-    return PlacementPlan(
-        colocate_all=bool(values["colocate_all"]),
-        device=device,
-        policy_num_nodes=int(values["policy_num_nodes"]),
-        policy_num_gpus_per_node=int(values["policy_num_gpus_per_node"]),
-        num_engines=int(values["num_engines"]),
-        tensor_parallel_size=int(values["tensor_parallel_size"]),
-    )
+        device = cluster_resources().device
+    return _plan_on(cfg, device, **overrides)
+
+
+def refuse_impossible(plan: PlacementPlan, cluster: ClusterResources | None = None) -> None:
+    """Raise :class:`PlacementError` (one line) when ``plan`` cannot exist on ``cluster`` (default: the
+    connected Ray cluster's resources). The engine's refusal: :meth:`Placement.create` calls it first."""
+    problems = plan.problems(cluster if cluster is not None else cluster_resources())
+    if problems:
+        raise PlacementError("; ".join(problems), problems)
+
+
+def validate_placement(cfg: Any) -> list[str]:
+    """What ``python -m skyrl_engine validate`` says of ``cfg``'s placement: on the Ray cluster the process runs
+    in (a submitted job), the cluster-size rules too; by hand, the config-only rules ``train`` by hand applies."""
+    from skyrl_engine.ray_runtime import is_submitted_job
+
+    if is_submitted_job():
+        import ray
+
+        started = not ray.is_initialized()
+        if started:
+            ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False, configure_logging=False)
+        try:
+            return placement_problems(cfg, cluster_resources())
+        finally:
+            if started:
+                ray.shutdown()
+    # By hand, train starts a private Ray with CPU slots only (start_private_ray), and runs every role in its own
+    # process when the config allows it and there is no CUDA: the rules that train would then apply.
+    lines = _plan_on(cfg, "CPU").config_problems()
+    if lines and colocated_in_one_process(cfg):
+        import torch  # only when the answer depends on it, as workers.runs_in_job_process asks
+
+        return lines if torch.cuda.is_available() else []
+    return lines
 
 
 class Placement:
@@ -247,9 +131,7 @@ class Placement:
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
 
-        problems = plan.problems(cluster_resources())
-        if problems:
-            raise PlacementError("; ".join(problems))
+        refuse_impossible(plan)
         engine_group = placement_group(plan.engine_bundles, strategy="PACK")
         policy_group = (placement_group(plan.policy_bundles, strategy=plan.policy_strategy)
                         if plan.policy_bundles else None)
@@ -262,7 +144,7 @@ class Placement:
             available = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
             raise PlacementError(
                 f"trainer.placement: {plan.describe()} was not granted within {timeout_s:g} s "
-                f"(reserves {_fmt_resources(plan.total())}; free now: {_fmt_resources(available)}); "
+                f"(reserves {fmt_resources(plan.total())}; free now: {fmt_resources(available)}); "
                 f"other actors or placement groups hold the resources ({type(exc).__name__})"
             ) from None
         return cls(plan, engine_group, policy_group)
@@ -329,14 +211,6 @@ class Placement:
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(repr(self))}</code>"
-
-
-def _fmt(x: float) -> str:
-    return f"{x:g}"
-
-
-def _fmt_resources(resources: Mapping[str, float]) -> str:
-    return ", ".join(f"{_fmt(v)} {k}" for k, v in sorted(resources.items())) or "nothing"
 
 
 def start_private_ray(

@@ -429,10 +429,11 @@ def runs_in_job_process(cfg: JobConfig) -> bool:
     Disaggregated runs (``trainer.placement.colocate_all=false``) put the roles in Ray actors with their
     own bundles; on a machine with CUDA colocated runs use actors that share the GPUs.
     """
-    from skyrl_core.config import critic_ranks, policy_ranks
+    from skyrl_core.placement import colocated_in_one_process
+    from skyrl_core.placement import runs_in_job_process as on_device
 
-    if uses_vllm(cfg) or policy_ranks(cfg) > 1 or critic_ranks(cfg) > 1:  # several ranks are several actors
+    if not colocated_in_one_process(cfg):  # the rule is skyrl_core's: the form and launch apply the same one
         return False
     import torch
 
-    return bool(cfg.trainer.placement.colocate_all) and not torch.cuda.is_available()
+    return on_device(cfg, "GPU" if torch.cuda.is_available() else "CPU")

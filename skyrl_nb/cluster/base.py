@@ -349,7 +349,9 @@ class Cluster:
         """Validate `config` and submit `python -m skyrl_engine train` for it; returns the `Job`.
 
         `config` is a preset name, a YAML path, a dict or a `JobConfig`; `overrides` are
-        `key=value` strings. The submission id is the run id; the run directory is
+        `key=value` strings. What `plan` refuses is refused here, before anything is written or submitted
+        (`launch_problems`: placement, each rank's memory, vLLM / SkyRL / trackers' packages on the cluster).
+        The submission id is the run id; the run directory is
         `<run.run_root>/<run.run_id>` (see `run_store`: a local run root must be one the cluster sees).
         The resolved config travels with the submission; the engine's code too with `code="ship"`
         (the default for a cluster elsewhere), or it comes from the cluster (`code="installed"`) or
@@ -357,7 +359,13 @@ class Cluster:
 
         >>> job = cluster.launch("quickstart", overrides=["trainer.max_training_steps=20"])
         """
+        from skyrl_core.config import ConfigError
+
         cfg = self.prepare(config, overrides=overrides, run_id=run_id)
+        # what plan() and the form refuse, refused here too, before anything is written or submitted
+        problems = self.launch_problems(cfg, nodes=self._nodes_or_none())
+        if problems:
+            raise ConfigError(problems)
         engine_code = self.engine_code(code, image)
         cfg, _ = self.run_store(cfg)
         self.check_files(cfg, runtime_env, engine_code)
@@ -392,7 +400,10 @@ class Cluster:
         deadline = time.monotonic() + 120
         while True:
             try:
-                self.client.submit_job(**submission)
+                from skyrl_nb.cluster.shipping import ray_info_quiet
+
+                with ray_info_quiet():  # Ray's "Uploading package ..." INFO lines would land in the notebook's stderr
+                    self.client.submit_job(**submission)
                 return
             except RuntimeError as exc:
                 # A fresh head registers its job agent a few seconds after the dashboard answers.
@@ -457,6 +468,19 @@ class Cluster:
         out.update({k: v for k, v in totals.items() if k.startswith("accelerator_type")})
         return out
 
+    def launch_problems(self, cfg: JobConfig, nodes: list[dict[str, float]] | None = None) -> list[str]:
+        """Why a job with the validated ``cfg`` cannot run on this cluster, one line each ([] when it can); the
+        checks `plan`, `launch` and the config form share (`cluster_problems`). ``nodes``: the alive nodes'
+        resources (None: the cluster-size rules are skipped, as when the dashboard cannot be read)."""
+        return cluster_problems(cfg, nodes, self)
+
+    def _nodes_or_none(self) -> list[dict[str, float]] | None:
+        """`node_resources`, or None when the dashboard cannot be read (then only the config's own rules apply)."""
+        try:
+            return self.node_resources()
+        except Exception:  # noqa: BLE001 - an unreadable node list refuses nothing by itself
+            return None
+
     def plan(self, config: Any, *, overrides: list[str] | dict[str, Any] | None = None, code: str | None = None,
              image: str | None = None) -> JobPlan:
         """What `config` (+ `overrides`) asks of this cluster, what it has, each training rank's memory
@@ -464,34 +488,42 @@ class Cluster:
         where its run store is (`run_store`). Nothing is submitted (a local run root the cluster may not
         see is checked with a tiny probe job, once).
 
-        A config that is invalid or whose ranks cannot fit is refused with `ConfigError`, one line per
-        problem naming its keys. A GPU's memory comes from Ray's `accelerator_type` resource
-        (`skyrl_core.memory.GPU_MEMORY_GIB`); when it is unknown the estimate is shown and nothing refused.
+        A config that is invalid, whose placement the engine would refuse on this cluster, whose ranks cannot
+        fit, or that needs a package the cluster's jobs cannot import is refused with `ConfigError`, one line per
+        problem naming its keys (`launch_problems`: the same lines `launch` and the config form give). A GPU's
+        memory comes from Ray's `accelerator_type` resource (`skyrl_core.memory.GPU_MEMORY_GIB`); when it is
+        unknown the estimate is shown and nothing refused.
 
         >>> cluster.plan("quickstart", overrides=["trainer.placement.policy_num_gpus_per_node=2"])  # doctest: +SKIP
         """
         from skyrl_core.config import ConfigError, check_config
         from skyrl_core.memory import capacity_from_nodes, rank_memory
+        from skyrl_nb.cluster.packages import describe, package_report, packages_needed
         from skyrl_nb.form import resources_for
 
         cfg = check_config(config, overrides, check_files=self.runs_here)
         nodes = self.node_resources()
-        memory = rank_memory(cfg)
-        capacity = capacity_from_nodes(nodes, cfg.trainer.placement.policy_num_gpus_per_node)
-        problems = memory.problems(capacity)
+        problems = self.launch_problems(cfg, nodes=nodes)
         if problems:
             raise ConfigError(problems)
+        memory = rank_memory(cfg)
+        capacity = capacity_from_nodes(nodes, cfg.trainer.placement.policy_num_gpus_per_node)
         engine_code = self.engine_code(code, image)
         cfg, store_line = self.run_store(cfg)
         size = len(cfg.to_yaml().encode()) / 1024
         delivery = {"engine code": engine_code.describe(),
                     "config": f"travels in the submission ({size:.1f} KiB of YAML in the runtime env)",
                     "run store": store_line, "files": self.check_files(cfg, code=engine_code)}
-        if cfg.run.engine == "skyrl":  # SkyRL's trainer must import on the cluster: asked with a probe job
+        if packages_needed(cfg):
+            delivery["packages"] = describe(package_report(self))
+        if cfg.run.engine == "skyrl":  # SkyRL's trainer must import on the cluster: the package probe said so
             from skyrl_nb.cluster.skyrl_check import check_skyrl
 
             delivery["skyrl"] = check_skyrl(self, engine_code)
-        return JobPlan(cfg, resources_for(cfg)["text"], self.resources(), memory, capacity, delivery)
+        from skyrl_core.placement import ClusterResources
+
+        asks = resources_for(cfg, ClusterResources.from_nodes(nodes).device if nodes else None)["text"]
+        return JobPlan(cfg, asks, self.resources(), memory, capacity, delivery)
 
     def shutdown(self) -> None:
         """Forget this connection. A cluster this object did not start keeps running."""
@@ -553,6 +585,30 @@ class JobPlan:
 
     def _repr_html_(self) -> str:
         return f"<div><pre>{html.escape(self._head())}</pre>{self.memory._repr_html_()}</div>"
+
+
+def cluster_problems(cfg: JobConfig, nodes: list[dict[str, float]] | None, cluster: Any = None) -> list[str]:
+    """Everything that keeps the validated ``cfg`` off a cluster, one line each starting with its keys:
+
+    - placement: the engine's own rules (`skyrl_core.placement.placement_problems`) on ``nodes``, or the
+      config-only ones every device breaks when ``nodes`` is None or empty (nothing known of the cluster);
+    - memory: each training rank's model state against one device there (`skyrl_core.memory`);
+    - packages: vLLM, SkyRL, the trackers' packages, asked of ``cluster`` once (`skyrl_nb.cluster.packages`).
+
+    `Cluster.plan`, `Cluster.launch` and the config form all call this, so each says the same lines.
+    """
+    from skyrl_core.memory import capacity_from_nodes, rank_memory
+    from skyrl_core.placement import ClusterResources, placement_problems
+    from skyrl_nb.cluster.packages import package_problems
+
+    resources = ClusterResources.from_nodes(nodes) if nodes else None
+    problems = placement_problems(cfg, resources)
+    if nodes:
+        problems += rank_memory(cfg).problems(capacity_from_nodes(nodes, cfg.trainer.placement.policy_num_gpus_per_node))
+    if cluster is not None:
+        has_gpu = None if resources is None else resources.device == "GPU"
+        problems += package_problems(cfg, cluster, has_gpu=has_gpu)
+    return list(dict.fromkeys(problems))
 
 
 def connect(address: str, token: str | None = None, verify: bool = True, *, name: str = "ray",

@@ -39,7 +39,8 @@ def test_plan_shows_the_estimate_beside_the_clusters_devices(model: Path, tmp_pa
                         {"CPU": 8.0, "memory": 30.0 * GiB}])
     assert cluster.resources() == {"nodes": 2, "CPU": 56.0, "GPU": 4.0, "memory_gb": 180.0, "accelerator_type:A10G": 4.0}
     plan = cluster.plan("quickstart", overrides=[f"trainer.policy.model.path={model}", f"run.run_root={tmp_path}",
-                                                 "trainer.placement.policy_num_gpus_per_node=4"])
+                                                 "trainer.placement.policy_num_gpus_per_node=4",
+                                                 "generator.inference_engine.num_engines=4"])  # colocated: 4 = 4
     assert plan.memory.role("policy").total == 4 * 1_543_714_304
     assert plan.capacity.device_bytes == 24 * GiB and plan.capacity.source == "A10G"
     text = repr(plan)

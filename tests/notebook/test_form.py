@@ -80,6 +80,7 @@ def test_form_shows_each_ranks_memory_live(tmp_path: Path) -> None:
     form = skyrl_nb.configure("quickstart", overrides=[f"run.run_root={tmp_path}"])
     # the built-in model: 407,424 fp32 parameters x (4 + 4 + 8) bytes = 6.2 MiB on one worker
     assert "memory per rank:</i> policy 6.2 MiB per rank (one worker); activations not counted" in form.view.resources.value
+    form.set("generator.inference_engine.num_engines", "2")  # colocated: as many engine slots as policy ranks
     form.set("trainer.placement.policy_num_gpus_per_node", "2")
     assert form.problems == [] and "policy 3.1 MiB per rank (fsdp2 over 2 ranks)" in form.view.resources.value
     form.set("trainer.strategy", "ddp")
@@ -97,7 +98,7 @@ def test_form_refuses_ranks_its_cluster_cannot_hold(tmp_path: Path, spy_cluster:
     (model / "config.json").write_text(json.dumps(QWEN2_1_5B))
     calls = []
     spy_cluster.node_resources = lambda: calls.append(1) or [
-        {"CPU": 8.0, "GPU": 1.0, "memory": 64.0 * 2**30, "accelerator_type:T4": 1.0}]
+        {"CPU": 8.0, "GPU": 2.0, "memory": 64.0 * 2**30, "accelerator_type:T4": 2.0}]
     form = skyrl_nb.configure("quickstart", overrides=[f"run.run_root={tmp_path}", f"trainer.policy.model.path={model}"],
                               cluster=spy_cluster)
     (line,) = form.problems
@@ -109,6 +110,7 @@ def test_form_refuses_ranks_its_cluster_cannot_hold(tmp_path: Path, spy_cluster:
     assert "<small" in shown and "trainer.placement.policy_num_gpus_per_node, trainer.strategy</small>" in shown
     assert "Launch is off: policy GPUs / node, strategy: the policy needs 23.0 GiB" in form.view.launch_reason.value
     assert form.view.launch.disabled and form.config is None
+    form.set("generator.inference_engine.num_engines", "2")  # colocated: as many engine slots as policy ranks
     form.set("trainer.placement.policy_num_gpus_per_node", "2")  # fsdp2: 11.5 GiB per rank
     assert form.problems == [] and not form.view.launch.disabled and form.view.launch_reason.value == ""
     assert "policy 11.5 GiB per rank (fsdp2 over 2 ranks)" in form.view.resources.value
@@ -131,18 +133,18 @@ def test_gpus_are_checked_against_the_cluster(tmp_path: Path, spy_cluster: Any, 
     """A vLLM plan asking for more GPUs than the cluster's nodes have keeps Launch off (vLLM itself is there:
     the probe is the slow test's, tests/notebook/test_local_cluster.py)."""
     import skyrl_nb
-    import skyrl_nb.cluster.vllm_check as vllm_check
+    import skyrl_nb.cluster.packages as packages
 
-    asked = []
-    monkeypatch.setattr(vllm_check, "vllm_problem", lambda cluster, timeout=0: asked.append(cluster) or None)
+    asked = []  # the cluster's one package probe, answered here: vLLM is there
+    monkeypatch.setattr(packages, "_ask_with_a_job", lambda cluster, timeout=0: asked.append(cluster) or {"vllm": None})
     spy_cluster.node_resources = lambda: [{"CPU": 8.0, "GPU": 2.0, "memory": 64.0 * 2**30}]
     form = skyrl_nb.configure("quickstart", overrides=[f"run.run_root={tmp_path}"], cluster=spy_cluster)
     assert form.problems == [] and asked == []  # torch: nothing to ask
     form.set("generator.inference_engine.backend", "vllm")
     form.set("generator.inference_engine.num_engines", "2")
     form.set("trainer.placement.colocate_all", False)  # 2 engines + 1 trainer = 3 GPUs
-    assert any("the job asks for 3 GPU(s); the cluster has 2" in p for p in form.problems), form.problems
-    assert form.view.launch.disabled and "inference, policy GPUs / node: the job asks for 3 GPU(s)" in form.view.general.value
+    assert any("needs 3 GPU but the cluster has 2 GPU in all" in p for p in form.problems), form.problems
+    assert form.view.launch.disabled and "needs 3 GPU but the cluster has 2 GPU in all" in form.view.general.value
     form.set("generator.inference_engine.num_engines", "1")
     assert form.problems == [] and not form.view.launch.disabled
     assert asked == [spy_cluster]  # the cluster was asked about vLLM once

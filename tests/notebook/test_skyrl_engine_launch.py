@@ -36,9 +36,14 @@ class ProbeClient:
         return []
 
 
-GOOD = json.dumps({"python": "3.12.3", "skyrl": "0.3.0", "expected": "0.3.0", "error": None})
-MISSING = json.dumps({"python": "3.12.3", "skyrl": None, "expected": "0.3.0",
-                      "error": "the skyrl package is not installed"})
+def _answer(skyrl: dict[str, Any]) -> str:
+    """The cluster's package probe's line (skyrl_nb.cluster.packages) with SkyRL's part ``skyrl``."""
+    return json.dumps({"skyrl_nb_packages_probe": 1, "python": "3.12.3", "vllm": "missing", "skyrl": skyrl,
+                       "modules": {"mlflow": False, "tensorboard": False, "wandb": False}})
+
+
+GOOD = _answer({"python": "3.12.3", "skyrl": "0.3.0", "expected": "0.3.0", "error": None})
+MISSING = _answer({"python": "3.12.3", "skyrl": None, "expected": "0.3.0", "error": "the skyrl package is not installed"})
 
 
 def _cluster(lines: list[str], state: str = "SUCCEEDED") -> Any:
@@ -57,8 +62,8 @@ def _cluster(lines: list[str], state: str = "SUCCEEDED") -> Any:
                           "skyrl package is not installed); pip install 'skyrl[fsdp]==0.3.0'"),
     ([GOOD.replace('"skyrl": "0.3.0"', '"skyrl": "0.4.0"')], "SUCCEEDED", "translated for SkyRL 0.3.0, the cluster "
                                                                          "has SkyRL 0.4.0"),
-    (["/usr/bin/python: No module named skyrl_engine.skyrl_bridge"], "FAILED",
-     "ended failed without an answer (its last line: /usr/bin/python: No module named skyrl_engine.skyrl_bridge)"),
+    (["/usr/bin/python: No module named skyrl_engine"], "FAILED",
+     "ended failed without an answer (its last line: /usr/bin/python: No module named skyrl_engine)"),
 ])
 def test_plan_refuses_a_cluster_without_a_usable_skyrl(tmp_path: Path, lines: list[str], state: str,
                                                       fragment: str) -> None:
@@ -70,7 +75,7 @@ def test_plan_refuses_a_cluster_without_a_usable_skyrl(tmp_path: Path, lines: li
     (line,) = info.value.problems
     assert line.startswith("run.engine: 'skyrl' ") and fragment in line, line
     (probe,) = cluster.client.submitted
-    assert probe["entrypoint"].endswith("-m skyrl_engine.skyrl_bridge --probe")
+    assert "skyrl_nb_packages_probe" in probe["entrypoint"]  # the one package probe answers SkyRL's question
     assert probe["metadata"] == {"skyrl_nb_probe": "1"}
 
 
@@ -98,7 +103,7 @@ def test_dry_run_prints_the_exact_command_launch_submits(shell: Any, tmp_path: P
            "SkyRL's; SkyRL generates with vLLM]" in notes
     job = shell.run_line_magic("skyrl", line)
     probe, submitted = cluster.client.submitted
-    assert probe["entrypoint"].endswith("--probe") and submitted["entrypoint"] == command
+    assert "skyrl_nb_packages_probe" in probe["entrypoint"] and submitted["entrypoint"] == command
     assert submitted["submission_id"] == job.run_id == "s1"
     cfg = yaml.safe_load(submitted["runtime_env"]["env_vars"]["SKYRL_NB_CONFIG"])
     assert cfg["run"]["engine"] == "skyrl"
@@ -110,7 +115,7 @@ def test_launch_refuses_at_once_when_the_cluster_has_no_skyrl(shell: Any, tmp_pa
     with pytest.raises(UsageError) as info:
         shell.run_line_magic("skyrl", "launch --cluster canned --engine skyrl --run-id s2 --no-dashboard")
     assert str(info.value).startswith("run.engine: 'skyrl' needs SkyRL's trainer on the cluster")
-    assert [s["entrypoint"].endswith("--probe") for s in cluster.client.submitted] == [True]
+    assert ["skyrl_nb_packages_probe" in s["entrypoint"] for s in cluster.client.submitted] == [True]
 
 
 def test_engine_and_dry_run_options(shell: Any, capsys: Any) -> None:

@@ -54,9 +54,14 @@ def in_words(text: str) -> str:
     return text
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line: every run of whitespace (newlines too) becomes one space."""
+    return " ".join(str(text).split())
+
+
 def _split(line: str) -> tuple[list[str], str]:
-    """``key[, key]: message`` (``skyrl_core.config``'s form of a problem) -> (keys, message)."""
-    keys, sep, message = line.partition(": ")
+    """``key[, key]: message`` (``skyrl_core.config``'s form of a problem) -> (keys, message), on one line."""
+    keys, sep, message = one_line(line).partition(": ")
     if not sep or " " in keys.replace(", ", ","):
         return [], line
     return [k.strip() for k in keys.split(",") if k.strip()], message
@@ -179,21 +184,25 @@ class ConfigFormView:
                 out[key] = widget.value
         return out
 
-    def set_messages(self, per_key: dict[str, str], general: list[str]) -> None:
-        """Messages beside fields and the ones about several keys or keys the form has no field for, in the
-        labels' words with the keys in small print; Launch is disabled while there is any, and says why."""
+    def set_messages(self, per_key: dict[str, str | list[str]], general: list[str]) -> None:
+        """Messages beside fields (one or several per field) and the ones about several keys or keys the form has
+        no field for, in the labels' words with the keys in small print, each problem on a line of its own.
+        Launch is disabled while there is any, and says why: every problem, none hidden."""
+        lines: list[str] = []
         for key, box in self.messages.items():
-            msg = per_key.get(key)
-            box.value = message_html(f"{key}: {msg}", key_known=True) if msg else ""
+            msgs = per_key.get(key) or []
+            msgs = [msgs] if isinstance(msgs, str) else list(msgs)
+            box.value = "".join(f"<div>{message_html(f'{key}: {m}', key_known=True)}</div>" for m in msgs)
+            lines += [f"{key}: {m}" for m in msgs]
+        lines += list(general)
         self.general.value = "".join(f"<div>{message_html(m)}</div>" for m in general)
-        self.launch.disabled = bool(per_key or general)
-        first = next(iter(per_key.items())) if per_key else None
-        reason = in_labels(f"{first[0]}: {first[1]}") if first else in_labels(general[0]) if general else ""
-        count = len(per_key) + len(general)
-        more = f" (+{count - 1} more)" if count > 1 else ""
-        self.launch.tooltip = reason or "submit this config to the cluster"
-        self.launch_reason.value = (f"<span style='color:var(--jp-ui-font-color1, #222)'>Launch is off: "
-                                    f"{html.escape(reason[:300])}{more}</span>") if reason else ""
+        self.launch.disabled = bool(lines)
+        reasons = [in_labels(line) for line in lines]
+        self.launch.tooltip = "\n".join(reasons) or "submit this config to the cluster"
+        style = "color:var(--jp-ui-font-color1, #222)"
+        self.launch_reason.value = "<br>".join(
+            f"<span style='{style}'>{'Launch is off: ' if i == 0 else ''}{html.escape(reason)}</span>"
+            for i, reason in enumerate(reasons))
 
     def set_checking(self, text: str) -> None:
         """A line saying what the form is asking the cluster right now ('' when nothing)."""
