@@ -368,6 +368,10 @@ def _log(store: Store, stem: str) -> _FileLog | _SegmentLog:
 
 
 # ---------------------------------------------------------------------------------- writer
+#: What status.json says about a failure beside its error line (``skyrl_core.resume.Failure.fields``).
+_FAILURE_FIELDS = ("error_kind", "resumable")
+
+
 class RunWriter:
     """Writes one run directory (a local folder or an object-store URL). Used by the engine; safe to
     re-open when a run resumes."""
@@ -419,13 +423,30 @@ class RunWriter:
             elif state == "running":
                 self._status["ended_at"] = None
                 self._status["error"] = None
-        unknown = set(fields) - {"step", "total_steps", "error", "pid"}
+                for name in _FAILURE_FIELDS:  # an earlier attempt's failure is not this one's
+                    self._status.pop(name, None)
+        allowed = ("step", "total_steps", "error", "pid", *_FAILURE_FIELDS)
+        unknown = set(fields) - set(allowed)
         if unknown:
-            raise ValueError(f"status field(s) {sorted(unknown)} are not allowed; allowed: step, total_steps, error, pid")
+            raise ValueError(f"status field(s) {sorted(unknown)} are not allowed; allowed: {', '.join(allowed)}")
         self._status.update(fields)
         self._status["heartbeat"] = time.time()
         self.store.put("status.json", json.dumps(self._status).encode())
         return dict(self._status)
+
+    def record_failure(self, err: BaseException, step: int | None = None, traceback: str | None = None) -> dict[str, Any]:
+        """Record that the run failed with ``err`` at ``step`` (None: the step status.json has, e.g. a resume
+        that failed before training): an ``error`` event (with the traceback) and status ``failed``, both
+        carrying the error line and what it means for a resume (``error_kind``, ``resumable``:
+        ``skyrl_core.resume.classify_failure``). Returns the status written."""
+        from skyrl_core.resume import classify_failure
+
+        text = f"{type(err).__name__}: {err}"
+        failure = classify_failure(err).fields()
+        at = {} if step is None else {"step": int(step)}
+        self.log_event("error", step=at.get("step", self._status.get("step") or 0), error=text, traceback=traceback,
+                       **failure)
+        return self.set_status("failed", error=text, **at, **failure)
 
     def reset(self) -> None:
         """Start the run over: forget metrics, events, trajectories and status (checkpoints are kept)."""

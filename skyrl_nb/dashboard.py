@@ -58,6 +58,8 @@ class RunSeries:
         """The newest ``stage`` event: ``(name, time)`` (``skyrl_core.choices.Stage``)."""
         self.stage_detail: str | None = None
         """That event's ``detail``, when the engine said more than the stage's name."""
+        self.resumed: tuple[int, int | None] | None = None
+        """The newest ``resumed`` event: ``(from_step, attempt)`` (attempt None from an older engine)."""
 
     def add_rows(self, rows: list[dict[str, Any]]) -> int:
         """Append metric rows (a resumed run may repeat steps: later rows replace earlier ones)."""
@@ -89,7 +91,7 @@ class RunSeries:
 
     def add_events(self, events: list[dict[str, Any]]) -> None:
         """Eval scores reported as events (step 0 for `eval_before_train`), the policy's parameter counts
-        from the `started` event (`model`) and the newest `stage` event (`stage`)."""
+        from the `started` event (`model`), the newest `stage` event (`stage`) and `resumed` event (`resumed`)."""
         for ev in events:
             if ev.get("kind") == "started" and isinstance(ev.get("policy_parameters"), dict):
                 self.model = dict(ev["policy_parameters"])
@@ -97,6 +99,9 @@ class RunSeries:
                 self.stage = (ev["stage"], float(ev.get("time") or time.time()))
                 # the engine's words for what this stage does this time ("building the tiny model (one-time ...)")
                 self.stage_detail = ev["detail"] if isinstance(ev.get("detail"), str) else None
+            if ev.get("kind") == "resumed":
+                step, attempt = ev.get("from_step", ev.get("step")), ev.get("attempt")
+                self.resumed = (step if isinstance(step, int) else 0, attempt if isinstance(attempt, int) else None)
             if ev.get("kind") != "eval":
                 continue
             score = ev.get("eval/all/avg_score", ev.get("avg_score", ev.get("score")))
@@ -194,6 +199,7 @@ class Dashboard:
         self._header: Any = None
         self._busy = ""
         self._logs_read = 0.0
+        self._resume_checked: tuple[tuple[Any, str], str | None] | None = None
 
     # -- data -------------------------------------------------------------------------------
 
@@ -355,8 +361,35 @@ class Dashboard:
         from skyrl_widgets.dashboard import parameters_text
 
         model = f", {parameters_text(self.series.model)}" if self.series.model else ""
-        return (f"{self.reader.run_id}: {self.state}, step {self.step}/{self.total_steps or '?'}{now}{reward}{model}"
-                f"{err}{skipped}")
+        note = self.note()
+        note = f" ({note})" if note else ""
+        return (f"{self.reader.run_id}: {self.state}{note}, step {self.step}/{self.total_steps or '?'}{now}{reward}"
+                f"{model}{err}{skipped}")
+
+    def note(self) -> str:
+        """What the header says beside the state: ``resumed from step 30 (attempt 1)`` after a resume, or,
+        once the job ended, why it cannot be resumed (`Job.resume_problem`)."""
+        if self.finished and self.job is not None:
+            problem = self._resume_problem()
+            if problem:
+                return problem
+        if self.series.resumed is None:
+            return ""
+        step, attempt = self.series.resumed
+        return f"resumed from step {step}" + (f" (attempt {attempt})" if attempt else "")
+
+    def _resume_problem(self) -> str | None:
+        """`Job.resume_problem()` once per ended job (it asks Ray and reads the run store); None when the job
+        cannot say (a stand-in without it, Ray unreachable)."""
+        key = (getattr(self.job, "submission_id", None), str(self.state))
+        if self._resume_checked is None or self._resume_checked[0] != key:
+            ask = getattr(self.job, "resume_problem", None)
+            try:
+                problem = ask() if callable(ask) else None
+            except Exception:  # Ray unreachable: let the button try, and say why it failed then
+                problem = None
+            self._resume_checked = (key, problem)
+        return self._resume_checked[1]
 
     # -- following ----------------------------------------------------------------------------
 
@@ -463,6 +496,17 @@ class Dashboard:
         self.start()
         return job
 
+    def restart_job(self) -> Any:
+        """Launch the run's config again as a new run (the New run button, `Job.restart_as_new`) and follow it:
+        what the header offers where a resume would overwrite history. The old run's files stay as they are."""
+        job = self._steer("starting a new run…", "launch it with cluster.launch(...)", lambda job: job.restart_as_new())
+        with self._lock:
+            self.reader, self.job = _reader_for(job)
+            self.series, self._job_verdict, self._job_checked, self._resume_checked = RunSeries(), None, 0.0, None
+            self.state, self.step, self.error, self.started_at, self.ended_at = RunState.PENDING, 0, None, None, None
+        self.start()
+        return job
+
     def _steer(self, busy: str, otherwise: str, act: Callable[[Any], Any]) -> Any:
         """``act(job)`` with the header saying ``busy`` meanwhile; RuntimeError for a dashboard of a run directory."""
         if self.job is None:
@@ -481,10 +525,14 @@ class Dashboard:
                 self.stop_job()
             elif name == "resume":
                 self.resume_job()
+            elif name == "new_run":
+                self.restart_job()
             elif name == "logs":
                 self._logs_read = 0.0
         except Exception as exc:  # a button press must say why it did nothing, not raise into the comm
-            self.error = f"{name}: {type(exc).__name__}: {exc}"
+            from skyrl_core.resume import ResumeRefused
+
+            self.error = str(exc) if isinstance(exc, ResumeRefused) else f"{name}: {type(exc).__name__}: {exc}"
         self._render()
 
     def _actions(self) -> list[str]:
@@ -492,7 +540,10 @@ class Dashboard:
             return []
         if not self.finished:
             return ["stop", "logs"]
-        return ["resume", "logs"] if self.state in (RunState.STOPPED, RunState.FAILED, LOST) else ["logs"]
+        if self.state not in (RunState.STOPPED, RunState.FAILED, LOST):
+            return ["logs"]
+        # Resume only where it continues the run: else the reason is the header's note, and a new run is offered
+        return ["new_run", "logs"] if self._resume_problem() else ["resume", "logs"]
 
     def _links(self) -> list[dict[str, str]]:
         if self.job is None:
@@ -560,6 +611,7 @@ class Dashboard:
         with h.hold_sync():
             h.run_id = self.reader.run_id
             h.state = str(self.state)
+            h.note = self.note()
             h.step = int(self.step)
             h.total_steps = self.total_steps
             h.stage = f"{stage[0]} · {int(stage[1])}s" if stage else ""
@@ -609,7 +661,9 @@ class Dashboard:
         links = "".join(f" &middot; <a href='{html.escape(x['href'])}' target='_blank'>{html.escape(x['label'])}</a>"
                         for x in self._links())
         as_of = "" if self.finished else f" <small>(as of {taken})</small>"
-        return (f"<div><b>{html.escape(self.reader.run_id)}</b> &middot; {body}{links}{as_of}"
+        note = self.note()
+        note = f" <i>{html.escape(note)}</i>" if note else ""
+        return (f"<div><b>{html.escape(self.reader.run_id)}</b>{note} &middot; {body}{links}{as_of}"
                 f"{f'<table>{rows}</table>' if rows else ''}</div>")
 
     def _static_bundle(self) -> dict[str, Any]:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 LOST = "lost"
 #: The states after which a job does nothing more: Ray's final ones and `lost`.
 ENDED = frozenset({*FINAL_STATES, LOST})
+#: How a refused resume says to start over instead (`Job.restart_as_new`).
+RESTART_HINT = "job.restart_as_new()"
 
 
 def process_gone(run_status: dict[str, Any]) -> str | None:
@@ -230,19 +232,64 @@ class Job:
 
         The new submission id is `<run_id>-r<n>`. Stop the job first if it is still running. The config
         is the one this job was submitted with, read back from Ray's job info (no disk shared with the
-        cluster is needed), else the run store's config.yaml.
+        cluster is needed), else the run store's config.yaml. Refused (`ResumeRefused`, one line, nothing
+        submitted or written) when resuming would overwrite history or fail again (`resume_problem`);
+        `restart_as_new()` launches the same config as a new run instead.
         """
         from skyrl_core.config import check_config
+        from skyrl_core.resume import ATTEMPT_ENV, ResumeRefused
 
-        state = self.status()
-        if state not in ENDED:
-            raise RuntimeError(f"job {self.submission_id} is {state}; stop() it before resume()")
+        problem = self.resume_problem()
+        if problem is not None:
+            raise ResumeRefused(problem)
         attempts = [j.attempt for j in self.cluster.jobs() if j.run_id == self.run_id]
         attempt = max(attempts + [self.attempt]) + 1
         cfg = check_config(self.submitted_config(), ["trainer.resume_mode=latest", *(overrides or [])])
         code = self.code if self.code is not None else self.cluster.engine_code()
+        runtime_env = dict(self.runtime_env or {})
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), ATTEMPT_ENV: str(attempt)}
         return self.cluster._submit(cfg, submission_id=f"{self.run_id}-r{attempt}", attempt=attempt,
-                                    runtime_env=self.runtime_env, code=code)
+                                    runtime_env=runtime_env, code=code)
+
+    def resume_problem(self) -> str | None:
+        """Why `resume()` would refuse, in one line, or None when it can resume. A job still running must be
+        stopped first; a run that failed for a reason a resume repeats (a config error, an error in its code
+        or data: `skyrl_core.resume.classify_failure`) is not resumed; nor is one with history but no
+        checkpoint (a resume would start over and overwrite it)."""
+        from skyrl_core.resume import checkpoint_root, failure_of, resume_problem
+
+        state = self.status()
+        if state not in ENDED:
+            return f"job {self.submission_id} is {state}; stop() it before resume()"
+        run_status = self._run_status()
+        failure = failure_of(run_status) if state == RunState.FAILED and self.owns_status(run_status) else None
+        if failure is not None and not failure.resumable:
+            error = str(run_status.get("error")).strip().splitlines()[-1][:200]
+            return f"run {self.run_id} failed with {error!r}: {failure.why}; fix the cause, then launch a new run: {RESTART_HINT}"
+        try:
+            trainer = self.submitted_config().get("trainer") or {}
+        except RuntimeError as err:
+            return str(err)
+        root = checkpoint_root(trainer.get("ckpt_path"), self.run_dir)
+        return resume_problem(self.run_dir, root, trainer.get("ckpt_interval", "?"), instead=RESTART_HINT)
+
+    def restart_as_new(self, overrides: list[str] | None = None, run_id: str | None = None) -> Job:
+        """Launch this job's config again as a new run (`<run_id>-new`, `-new2`, ... unless `run_id` is given),
+        from step 0: what to do where `resume()` refuses. The old run's files are never touched.
+
+        >>> job.restart_as_new(["trainer.ckpt_interval=10"])      # doctest: +SKIP
+        Job(run_id='quickstart-1-new', submission_id='quickstart-1-new', state='pending')
+        """
+        from skyrl_core.runs import RunReader, run_dir_of
+
+        config = self.submitted_config()
+        if run_id is None:
+            root = str((config.get("run") or {}).get("run_root") or "~/skyrl-runs")
+            run_id = next(candidate for n in range(1, 1000)
+                          if not RunReader(run_dir_of(root, candidate := f"{self.run_id}-new{n if n > 1 else ''}"))
+                          .exists())
+        return self.cluster.launch(config, overrides=["trainer.resume_mode=none", *(overrides or [])], run_id=run_id,
+                                   runtime_env=self.runtime_env)
 
     def submitted_config(self) -> dict[str, Any]:
         """The config this job was submitted with (Ray keeps it in the job's runtime env), as a dict;

@@ -269,14 +269,16 @@ class SkyrlMagics(Magics):
 
     def _resume(self, args: Any, cell: str | None) -> Any:
         from skyrl_core.config import ConfigError
+        from skyrl_nb.jobs import RESTART_HINT
 
         job = self._find_job(args.args[0])
         try:
             new = job.resume()
         except ConfigError as err:
             raise UsageError(_one_line(err.problems)) from None
-        except RuntimeError as err:
-            raise UsageError(_one_line(str(err))) from None
+        except RuntimeError as err:  # ResumeRefused among them: the reason, and how to start a new run here
+            how = f"`%skyrl status {job.run_id}` gives the Job, then .restart_as_new()"
+            raise UsageError(_one_line(str(err).replace(RESTART_HINT, how))) from None
         self._remember(new)
         return self._follow(new, args)
 

@@ -134,9 +134,7 @@ def train(source: str, overrides: list[str]) -> int:
         if trainer is not None:
             trainer.fail(err)
         else:
-            text = f"{type(err).__name__}: {err}"
-            writer.log_event("error", step=0, error=text, traceback=traceback.format_exc())
-            writer.set_status("failed", error=text)
+            writer.record_failure(err, traceback=traceback.format_exc())  # with whether a resume can help
         traceback.print_exc()
         return EXIT_FAILED
     finally:

@@ -39,18 +39,12 @@ import shutil
 import tempfile
 from typing import Any
 
+# where checkpoints live and which is the latest: one rule for the notebook and the engine, in skyrl_core
+from skyrl_core.resume import LATEST_FILE, STEP_PREFIX, latest_checkpoint
+from skyrl_core.resume import checkpoint_root as checkpoint_root
 from skyrl_core.store import is_url, open_store
 
-LATEST_FILE = "latest_ckpt_global_step.txt"
-STEP_PREFIX = "global_step_"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
-
-
-def checkpoint_root(ckpt_path: str | None, run_dir: str) -> str:
-    """``trainer.ckpt_path`` or ``<run_dir>/checkpoints`` (a local path or an object-store URL)."""
-    if ckpt_path:
-        return ckpt_path.rstrip("/") if is_url(ckpt_path) else os.path.expanduser(ckpt_path)
-    return f"{str(run_dir).rstrip('/')}/checkpoints" if is_url(run_dir) else os.path.join(run_dir, "checkpoints")
 
 
 def step_dir(root: str, step: int) -> str:
@@ -59,18 +53,9 @@ def step_dir(root: str, step: int) -> str:
 
 
 def latest_step(root: str) -> int | None:
-    """The step in ``latest_ckpt_global_step.txt`` when that checkpoint exists, else None (root local or a URL)."""
-    store = open_store(root)
-    try:
-        text = store.read(LATEST_FILE).decode(errors="replace").strip()
-    except FileNotFoundError:
-        return None
-    if not text.isdigit():
-        return None
-    step = int(text)
-    if f"{STEP_PREFIX}{step}" not in store.folders():
-        raise FileNotFoundError(f"{store.path(LATEST_FILE)} names step {step}, but {step_dir(root, step)} is missing")
-    return step
+    """The step in ``latest_ckpt_global_step.txt`` when that checkpoint exists, else None (root local or a URL);
+    the notebook asks the same question of the same files (``skyrl_core.resume.latest_checkpoint``)."""
+    return latest_checkpoint(root)
 
 
 def staging_root(root: str) -> str:

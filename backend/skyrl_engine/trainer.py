@@ -214,16 +214,36 @@ class RLTrainer:
             return path if is_url(path) else os.path.expanduser(path)
         return None
 
+    def resume_refusal(self) -> str | None:
+        """Why this job must not start (one line), or None: ``resume_mode=latest`` on a run that has history
+        but no checkpoint would train from step 0 again and overwrite that history
+        (``skyrl_core.resume.resume_problem``; the notebook refuses such a resume before submitting it)."""
+        from skyrl_core.resume import resume_problem
+
+        if self.cfg.trainer.resume_mode != "latest":
+            return None
+        return resume_problem(self.writer.run_dir, self.ckpt_root, self.cfg.trainer.ckpt_interval,
+                              instead="launch it under a new run id")
+
     def restore(self) -> int:
         """Load the checkpoint ``resume_mode`` points at (if any); return the step to continue after.
 
-        One on an object store is downloaded to the local staging folder first (``checkpoint.fetch``).
+        One on an object store is downloaded to the local staging folder first (``checkpoint.fetch``). Rows
+        up to that step stay byte for byte; later ones are removed, to be trained again (``truncate_after``).
+        A resume (a checkpoint, or a resubmission: ``skyrl_core.resume.ATTEMPT_ENV``) writes a ``resumed``
+        event with ``from_step`` and ``attempt``.
         """
+        from skyrl_core.resume import attempt_from_env
+        from skyrl_core.runs import RunReader
         from skyrl_engine import checkpoint
 
+        earlier = sum(1 for event in RunReader(self.writer.run_dir).events() if event.get("kind") == "resumed")
         ckpt_dir = self._resume_dir()
         if ckpt_dir is None:
             self.writer.truncate_after(0)
+            attempt = attempt_from_env(0)
+            if attempt:  # a resubmission of a run that had nothing to lose: it starts over, and says so
+                self.writer.log_event("resumed", step=0, from_step=0, attempt=attempt, path=None)
             return 0
         step = checkpoint.step_of(ckpt_dir)
         local_dir = checkpoint.fetch(ckpt_dir)
@@ -231,12 +251,11 @@ class RLTrainer:
         state = checkpoint.read_trainer_state(local_dir)
         self.writer.truncate_after(step)
         # the step's metrics line is written just after its checkpoint; restore it if the kill came between
-        from skyrl_core.runs import RunReader
-
         logged = {row.get("step") for row in RunReader(self.writer.run_dir).metrics()}
         if step not in logged and state.get("metrics"):
             self.writer.log_metrics(step, state["metrics"])
-        self.writer.log_event("resumed", step=step, path=ckpt_dir, **self._rank_records())
+        self.writer.log_event("resumed", step=step, from_step=step, attempt=attempt_from_env(earlier + 1),
+                              path=ckpt_dir, **self._rank_records())
         return step
 
     # -- the loop -------------------------------------------------------------------------------
@@ -246,8 +265,14 @@ class RLTrainer:
 
         ``schedule(first_step)`` yields ``(step, metrics)`` for each step up to ``total_steps`` once it
         is written (default: :meth:`train_one_step` in turn; the async pipeline passes its own);
-        ``started`` goes into the ``started`` event.
+        ``started`` goes into the ``started`` event. A resume that would overwrite history
+        (:meth:`resume_refusal`) raises ``ResumeRefused`` before anything is written.
         """
+        refusal = self.resume_refusal()
+        if refusal is not None:
+            from skyrl_core.resume import ResumeRefused
+
+            raise ResumeRefused(refusal)
         self.writer.write_config(self.cfg)
         self._status("running", step=0, total_steps=self.total_steps, pid=os.getpid())
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
@@ -400,10 +425,10 @@ class RLTrainer:
         return checkpoint.commit(self.ckpt_root, tmp, step, state, keep)
 
     def fail(self, err: BaseException) -> None:
-        """Record a failure: status failed with the error, an error event with the traceback."""
-        text = f"{type(err).__name__}: {err}"
-        self.writer.log_event("error", step=self.global_step, error=text, traceback=traceback.format_exc())
-        self._status("failed", step=self.global_step, error=text)
+        """Record a failure: status failed with the error, an error event with the traceback, both saying
+        whether a resume can help (``RunWriter.record_failure``)."""
+        with self._status_lock:
+            self.writer.record_failure(err, self.global_step, traceback.format_exc())
 
     def stopped(self) -> None:
         """Record a requested stop."""

@@ -1,7 +1,8 @@
 """A stand-in for `python -m skyrl_engine train`: writes a run store with a rising reward.
 
 Used by the cluster/jobs tests so they exercise the real Jobs API without training a model.
-`FAKE_ENGINE_STEP_S` sets the seconds per step; `FAKE_ENGINE_FAIL=1` raises at step 2.
+`FAKE_ENGINE_STEP_S` sets the seconds per step; `FAKE_ENGINE_FAIL=1` raises at step 2;
+`FAKE_ENGINE_CKPT_INTERVAL` (default 1) is how often it writes a checkpoint (0: never).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def main(argv: list[str]) -> int:
     writer.write_config(cfg)
     total = cfg.trainer.max_training_steps or 10
     step_s = float(os.environ.get("FAKE_ENGINE_STEP_S", "0.2"))
+    ckpt_every = int(os.environ.get("FAKE_ENGINE_CKPT_INTERVAL", "1"))
     ckpt = writer.run_dir / "checkpoints" / "latest_ckpt_global_step.txt"
     start = 0
     if cfg.trainer.resume_mode == "latest" and ckpt.exists():
@@ -54,7 +56,9 @@ def main(argv: list[str]) -> int:
             "timing/sync_weights": step_s * 0.05, "timing/save_checkpoints": 0.0,
             **({"eval/all/avg_score": reward} if step % 5 == 0 else {}),
         })
-        ckpt.write_text(str(step))
+        if ckpt_every and step % ckpt_every == 0:  # SkyRL's layout: the step's folder, then the latest file
+            (ckpt.parent / f"global_step_{step}").mkdir(exist_ok=True)
+            ckpt.write_text(str(step))
         writer.set_status(step=step)
         print(f"step {step} reward {reward:.3f}", flush=True)
     writer.set_status("succeeded", step=total)

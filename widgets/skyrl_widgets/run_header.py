@@ -5,7 +5,7 @@ run store and the job, and acts on the buttons it reports (`on_action`). The sam
 `Job`'s live display, so the two never disagree. Colours are JupyterLab's CSS variables.
 
 >>> header = RunHeader(run_id="quickstart-1", state="running", step=3, total_steps=40, actions=["stop"])
->>> header.on_action(lambda name: print(name))         # "stop", "resume" or "logs"
+>>> header.on_action(lambda name: print(name))         # "stop", "resume", "new_run" or "logs"
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import traitlets
 
 _STATIC = Path(__file__).parent / "static"
 #: What the buttons may ask for.
-ACTIONS = ("stop", "resume", "logs")
+ACTIONS = ("stop", "resume", "new_run", "logs")
 
 
 class RunHeader(anywidget.AnyWidget):
@@ -35,6 +35,8 @@ class RunHeader(anywidget.AnyWidget):
 
     run_id = traitlets.Unicode("").tag(sync=True)
     state = traitlets.Unicode("pending").tag(sync=True)
+    note = traitlets.Unicode("").tag(sync=True)
+    """Beside the state: ``resumed from step 30 (attempt 1)``, or why the run cannot be resumed."""
     step = traitlets.Int(0).tag(sync=True)
     total_steps = traitlets.Int(None, allow_none=True).tag(sync=True)
     stage = traitlets.Unicode("").tag(sync=True)
@@ -57,7 +59,7 @@ class RunHeader(anywidget.AnyWidget):
         self.on_msg(self._handle_message)
 
     def on_action(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback(name)`` when a button is pressed (``stop``, ``resume``, ``logs``)."""
+        """Call ``callback(name)`` when a button is pressed (``stop``, ``resume``, ``new_run``, ``logs``)."""
         self._callbacks.append(callback)
 
     def _handle_message(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:

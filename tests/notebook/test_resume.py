@@ -1,0 +1,200 @@
+"""Resume never loses history (issue 33, item 2).
+
+- With a checkpoint, the engine (the real ``RLTrainer``, in-process on the tiny model) keeps every row up to
+  the checkpoint byte for byte, trains the later steps again once each, writes a ``resumed`` event with
+  ``from_step`` and ``attempt``, and the dashboard's header says so.
+- Without one, a resume is refused in one line, by the engine (nothing written) and, before anything is
+  submitted, by ``Job.resume()``, the dashboard's Resume button and ``%skyrl resume``; a new run is offered
+  and the old run's files stay byte for byte (real local Ray cluster, ``fake_engine`` jobs).
+- A run that failed for a reason a resume repeats offers no Resume.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _files(run_dir: Path) -> dict[str, bytes]:
+    """Every file under a run directory, by relative path, with its bytes."""
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_failures_are_sorted_by_whether_a_resume_can_help() -> None:
+    from skyrl_core.config import ConfigError
+    from skyrl_core.resume import FailureKind, ResumeRefused, classify_failure, failure_of
+
+    class PlacementError(RuntimeError):  # the engine's, by name: the notebook never imports it
+        pass
+
+    cases = {
+        ConfigError(["trainer.lr: 3 is not allowed"]): (FailureKind.CONFIG, False),
+        PlacementError("the policy uses 2 CPU"): (FailureKind.CONFIG, False),
+        FileNotFoundError("data/train.parquet"): (FailureKind.CONFIG, False),
+        ModuleNotFoundError("my_plugin"): (FailureKind.CONFIG, False),
+        KeyError("answer"): (FailureKind.CODE_OR_DATA, False),  # a reward function's bug repeats on resume
+        ResumeRefused("run r has no checkpoint"): (FailureKind.NO_CHECKPOINT, False),
+        RuntimeError("PolicyWorker × 2: rank 1 died (its process exited): ActorDiedError: x"):
+            (FailureKind.WORKER_DIED, True),
+        MemoryError(): (FailureKind.OUT_OF_MEMORY, True),
+        ConnectionResetError("peer"): (FailureKind.INTERRUPTED, True),
+    }
+    for err, (kind, resumable) in cases.items():
+        got = classify_failure(err)
+        assert (got.kind, got.resumable) == (kind, resumable), (err, got)
+        # the same verdict from the error line alone (a status.json without error_kind)
+        line = f"{type(err).__name__}: {err}"
+        assert failure_of({"error": line}).kind == kind, line
+        assert failure_of({"error": line, **got.fields()}) == got
+    assert failure_of({"error": None}) is None
+
+
+@pytest.mark.timeout(180)
+def test_engine_resume_keeps_history_and_refuses_without_a_checkpoint(
+        tmp_path: Path, tiny_model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyrl_core.config import load_config
+    from skyrl_core.resume import ATTEMPT_ENV, ResumeRefused
+    from skyrl_core.runs import RunReader, RunWriter
+    from skyrl_engine.tasks import load_prompts
+    from skyrl_engine.trainer import RLTrainer, StopRequested
+    from skyrl_engine.workers import Workers
+    from skyrl_nb.dashboard import Dashboard
+
+    def trainer(run_id: str, *extra: str) -> RLTrainer:
+        cfg = load_config("quickstart", [
+            f"trainer.policy.model.path={tiny_model_dir}", f"run.run_root={tmp_path}", f"run.run_id={run_id}",
+            "trainer.train_batch_size=2", "trainer.policy_mini_batch_size=2", "trainer.micro_train_batch_size_per_gpu=4",
+            "generator.n_samples_per_prompt=2", "trainer.max_training_steps=4", "trainer.eval_interval=0",
+            "trainer.eval_before_train=false", "trainer.num_threads=1", "generator.sampling_params.max_generate_length=3",
+            *extra])
+        rows = load_prompts(cfg.data.train_data, "arithmetic")
+        workers = Workers.create(cfg, tiny_model_dir, cfg.total_steps(len(rows)), in_process=True)
+        return RLTrainer(cfg, RunWriter(cfg.run_dir), workers, rows, [])
+
+    def stopped_after(t: RLTrainer, last: int) -> None:
+        """Train steps 1..last, then stop as a SIGTERM does (``python -m skyrl_engine train``)."""
+        def steps(first: int):
+            for step in range(first, last + 1):
+                yield step, t.train_one_step(step)
+            raise StopRequested("test")
+        with pytest.raises(StopRequested):
+            t.train(steps)
+        t.stopped()
+
+    # -- with a checkpoint at step 2, stopped after step 3: resume from 2
+    first = trainer("ck", "trainer.ckpt_interval=2", "trainer.resume_mode=none")
+    stopped_after(first, 3)
+    run = tmp_path / "ck"
+    lines_before = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    parts_before = _files(run / "trajectories")
+    assert [int(line.split(b'"step": ')[1].split(b",")[0]) for line in lines_before] == [1, 2, 3]
+    monkeypatch.setenv(ATTEMPT_ENV, "1")
+    trainer("ck", "trainer.ckpt_interval=2", "trainer.resume_mode=latest").train()
+    lines_after = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    assert lines_after[:2] == lines_before[:2]  # steps at or before the checkpoint: not one byte rewritten
+    assert {k: v for k, v in _files(run / "trajectories").items() if k < "step_000003"} == \
+        {k: v for k, v in parts_before.items() if k < "step_000003"}
+    assert [r["step"] for r in RunReader(run).metrics()] == [1, 2, 3, 4]  # step 3 trained again, counted once
+    events = RunReader(run).events()
+    assert [e["kind"] for e in events].count("started") == 1
+    (resumed,) = [e for e in events if e["kind"] == "resumed"]
+    assert (resumed["from_step"], resumed["attempt"], resumed["step"]) == (2, 1, 2)
+    dash = Dashboard(run, static=False)
+    header = dash.widget().children[0]
+    dash.refresh()
+    assert header.note == "resumed from step 2 (attempt 1)" and dash.state == "succeeded"
+    assert "succeeded (resumed from step 2 (attempt 1))" in dash.header()
+    assert "resumed from step 2" in dash._html()
+
+    # -- no checkpoint yet (interval 50), stopped after step 2: the engine refuses before writing anything
+    monkeypatch.delenv(ATTEMPT_ENV)
+    stopped_after(trainer("nock", "trainer.ckpt_interval=50", "trainer.resume_mode=none"), 2)
+    run = tmp_path / "nock"
+    before = _files(run)
+    again = trainer("nock", "trainer.ckpt_interval=50", "trainer.resume_mode=latest")
+    with pytest.raises(ResumeRefused) as refused:
+        again.train()
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(
+        "run nock has no checkpoint (trainer.ckpt_interval=50, stopped at step 2): resuming would start over"), message
+    assert _files(run) == before
+    again.fail(refused.value)  # what python -m skyrl_engine train does next: status and an error event say why
+    status = RunReader(run).status()
+    assert status["state"] == "failed" and status["error_kind"] == "no_checkpoint" and status["resumable"] is False
+    assert all(_files(run)[name] == data for name, data in before.items()
+               if name.startswith("trajectories/") or name == "metrics.jsonl")
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(180)
+def test_resume_is_refused_before_submitting_and_a_new_run_is_offered(
+        ray_cluster: Any, shell: Any, tmp_path: Path) -> None:
+    from IPython.core.error import UsageError
+
+    from skyrl_core.resume import ResumeRefused
+    from skyrl_nb.dashboard import Dashboard
+
+    runs = tmp_path / "runs"
+    common = ["trainer.max_training_steps=12", f"run.run_root={runs}"]
+    env = {"FAKE_ENGINE_STEP_S": "0.3"}
+    job = ray_cluster.launch("quickstart", overrides=common, run_id="nock",
+                             runtime_env={"env_vars": {**env, "FAKE_ENGINE_CKPT_INTERVAL": "0"}})
+    bad = ray_cluster.launch("quickstart", overrides=common, run_id="bad",
+                             runtime_env={"env_vars": {**env, "FAKE_ENGINE_FAIL": "1"}})
+    _wait_for(lambda: len(job.run.metrics()) >= 2, 90, "2 steps")
+    assert job.stop() is True
+    assert job.wait(timeout=60) == "stopped"
+    done = job.run.metrics()[-1]["step"]
+    run = runs / "nock"
+    before = _files(run)
+    jobs_before = len(ray_cluster.jobs())
+
+    # Job.resume(): refused in one line, nothing submitted, not a byte changed
+    with pytest.raises(ResumeRefused) as refused:
+        job.resume()
+    assert str(refused.value) == (
+        f"run nock has no checkpoint (trainer.ckpt_interval=50, stopped at step {done}): resuming would start over "
+        f"and overwrite steps 1-{done}; launch a new run with the same config instead: job.restart_as_new()")
+    # %skyrl resume: the same line, as a UsageError
+    shell.user_ns["c"] = ray_cluster
+    shell.run_line_magic("config", "SkyrlMagics.cluster = 'c'")
+    with pytest.raises(UsageError) as usage:
+        shell.run_line_magic("skyrl", "resume nock --no-dashboard")
+    line = str(usage.value)
+    assert "\n" not in line and "has no checkpoint (trainer.ckpt_interval=50" in line and "restart_as_new()" in line
+    # the dashboard: the reason beside the state, New run instead of Resume; a Resume press says why
+    dash = Dashboard(job, static=False)
+    header = dash.widget().children[0]
+    dash.refresh()
+    assert header.actions == ["new_run", "logs"] and "has no checkpoint" in header.note
+    header._handle_message(header, {"action": "resume"}, [])
+    assert dash.error == str(refused.value)
+    assert len(ray_cluster.jobs()) == jobs_before and _files(run) == before
+
+    # New run: the same config under a new run id, followed by the dashboard; the old run untouched
+    header._handle_message(header, {"action": "new_run"}, [])
+    assert dash.job.run_id == "nock-new" and dash.reader.run_id == "nock-new"
+    assert dash.job.wait(timeout=90) == "succeeded", dash.job.logs(tail=20)
+    assert [r["step"] for r in dash.job.run.metrics()] == list(range(1, 13))
+    assert _files(run) == before
+
+    # a failure a resume would repeat (an exception in the run's code): no Resume, and resume() says why
+    assert bad.wait(timeout=90) == "failed"
+    with pytest.raises(ResumeRefused, match=r"^run bad failed with 'ValueError: fake failure at step 2': an error "
+                                            r"in the run's code or data: a resume repeats"):
+        bad.resume()
+    bad_dash = Dashboard(bad, static=False)
+    bad_header = bad_dash.widget().children[0]
+    bad_dash.refresh()
+    assert "resume" not in bad_header.actions and "a resume repeats" in bad_header.note
+    dash.stop()
+    bad_dash.stop()
