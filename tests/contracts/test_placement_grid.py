@@ -105,3 +105,40 @@ def test_the_issues_two_cases_are_refused_before_launch(tmp_path: Any) -> None:
                      cluster=cluster)
     assert form.view.launch.disabled and [p.split(":")[0] for p in form.problems] == ["trainer.placement.colocate_all"]
     assert "= 8 CPU but the engines use" in form.problems[0]
+
+
+def test_validate_refuses_what_train_would_with_the_forms_words(tmp_path: Any, capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m skyrl_engine validate --config quickstart trainer.placement.policy_num_gpus_per_node=2`` printed
+    ``ok`` while ``train`` failed with a PlacementError (issue 33): now exit 2 with the form's line. As a job on a
+    cluster it also applies the cluster's size; a package the config needs and this machine lacks is refused."""
+    import importlib.util
+
+    import ray
+
+    import skyrl_engine.placement as placement
+    import skyrl_engine.ray_runtime as ray_runtime
+    from skyrl_core.placement import ClusterResources
+    from skyrl_engine.__main__ import main
+    from skyrl_nb.form import configure
+
+    for var in ("RAY_ADDRESS", *ray_runtime.JOB_ENV_VARS):
+        monkeypatch.delenv(var, raising=False)
+    words = "trainer.placement.policy_num_gpus_per_node=2"
+    assert main(["validate", "--config", "quickstart", words]) == 2
+    printed = capsys.readouterr()
+    form = configure("quickstart", overrides=[f"run.run_root={tmp_path}", words])
+    assert printed.out == "" and printed.err.splitlines() == form.problems and len(form.problems) == 1
+    assert main(["validate", "--config", "quickstart", words, "trainer.placement.colocate_all=false"]) == 0
+    assert capsys.readouterr().out.startswith("ok: ")
+    # run as a job on a cluster (Ray already joined here): the cluster-size rules as well, the engine's words
+    monkeypatch.setattr(ray_runtime, "is_submitted_job", lambda: True)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(placement, "cluster_resources", lambda: ClusterResources.from_nodes([{"CPU": 2.0}]))
+    assert main(["validate", "--config", "quickstart", words, "trainer.placement.colocate_all=false"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("needs 3 CPU but the cluster has 2 CPU in all")
+    monkeypatch.undo()
+    if importlib.util.find_spec("wandb") is None:  # a tracker's package this machine lacks
+        assert main(["validate", "--config", "quickstart", "trainer.logger=[console, wandb]"]) == 2
+        assert capsys.readouterr().err.startswith("trainer.logger: 'wandb' needs the wandb package")
