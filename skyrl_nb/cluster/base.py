@@ -402,8 +402,9 @@ class Cluster:
             try:
                 from skyrl_nb.cluster.shipping import ray_info_quiet
 
+                client = self.client  # Ray's client modules, and so their loggers, exist before they are quieted
                 with ray_info_quiet():  # Ray's "Uploading package ..." INFO lines would land in the notebook's stderr
-                    self.client.submit_job(**submission)
+                    client.submit_job(**submission)
                 return
             except RuntimeError as exc:
                 # A fresh head registers its job agent a few seconds after the dashboard answers.

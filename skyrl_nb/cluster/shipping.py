@@ -18,16 +18,39 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import logging
 import os
 import shlex
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from skyrl_nb.cluster.base import Cluster
+
+@contextmanager
+def ray_info_quiet() -> Iterator[None]:
+    """Ray's client loggers say nothing below WARNING while this runs.
+
+    Ray's job client logs each package it zips and uploads (``py_modules``: the engine, plug-ins) at
+    INFO, to stderr, which a notebook shows as a pink error box. Its warnings and errors still show.
+    """
+    raised = []
+    for name in [*logging.root.manager.loggerDict, "ray"]:
+        logger = logging.getLogger(name) if name == "ray" or name.startswith("ray.") else None
+        if logger is not None and logger.getEffectiveLevel() < logging.WARNING:
+            raised.append((logger, logger.level))
+            logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in raised:
+            logger.setLevel(level)
+
 
 CODE_MODES = ("ship", "installed", "image")
 #: The packages a job imports: the engine stands on skyrl_core alone (docs/architecture.md).

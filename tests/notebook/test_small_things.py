@@ -82,3 +82,33 @@ def test_cold_model_cache_stage_says_one_time_build(tmp_path: Path, monkeypatch:
     dash = Dashboard(str(tmp_path / "runs" / "r1"), charts=False)
     dash.refresh()
     assert note in dash.header()
+
+
+QUIET_LAUNCH = r"""
+import sys
+sys.path.insert(0, sys.argv[1])  # the plug-in module, on this process' path only: launch ships it
+import skyrl_nb
+from skyrl_core.config import load_config
+c = skyrl_nb.cluster.local(temp_dir=sys.argv[2], token_path=sys.argv[3], progress=False, start=False)
+c.engine_module = "no_such_engine_module"  # the job itself may fail; its submission is what is watched
+cfg = load_config("quickstart", overrides=["plugins=[my_skyrl_plugin]", "trainer.algorithm.advantage_estimator=my_adv",
+                                            "trainer.algorithm.policy_loss_type=my_loss", f"run.run_root={sys.argv[4]}"])
+print("=== launching", file=sys.stderr, flush=True)
+job = c.launch(cfg, run_id="quiet-info")
+print("=== launched", file=sys.stderr, flush=True)
+job.stop()
+"""
+
+
+def test_launch_with_plugins_prints_no_ray_info_to_stderr(ray_cluster: Any, nb_home: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    plugins = Path(__file__).resolve().parent.parent / "fixtures" / "plugins"
+    out = subprocess.run([sys.executable, "-c", QUIET_LAUNCH, str(plugins), str(nb_home / "cache" / "ray"),
+                          str(nb_home / "config" / "ray_token"), str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    during = out.stderr.split("=== launching", 1)[1].split("=== launched", 1)[0]
+    assert during.strip() == "", during  # Ray's "INFO dashboard_sdk.py -- Uploading package ..." lines before
+    assert (tmp_path / "runs" / "quiet-info" / "config.yaml").exists()  # it was submitted, plug-in and all
