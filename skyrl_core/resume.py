@@ -71,8 +71,10 @@ _KIND_BY_NAME: dict[str, FailureKind] = {
     **dict.fromkeys(("StopRequested", "KeyboardInterrupt", "ConnectionError", "TimeoutError", "GetTimeoutError",
                      "BrokenPipeError", "OSError"), FailureKind.INTERRUPTED),
 }
-# The engine's own line for a rank whose process died (skyrl_engine.workers: "PolicyWorker × 2: rank 1 died ...")
-_DIED = re.compile(r"\brank \d+ died\b|\bdied unexpectedly\b|\bout of memory\b|\bOOM\b", re.IGNORECASE)
+# The engine's own line for a rank whose process died (skyrl_engine.workers: "PolicyWorker × 2: rank 1 died ..."),
+# and Ray's for a driver killed by a signal ("Job entrypoint command failed with exit code -9")
+_DIED = re.compile(r"\brank \d+ died\b|\bdied unexpectedly\b|\bout of memory\b|\bOOM\b|exit code -\d+|"
+                   r"\bSIG(?:KILL|TERM|SEGV|BUS)\b", re.IGNORECASE)
 _OOM = re.compile(r"\bout of memory\b|\bOOM\b", re.IGNORECASE)
 _NAME = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*)\s*:")
 

@@ -50,6 +50,11 @@ def test_failures_are_sorted_by_whether_a_resume_can_help() -> None:
         assert failure_of({"error": line}).kind == kind, line
         assert failure_of({"error": line, **got.fields()}) == got
     assert failure_of({"error": None}) is None
+    # Ray's word for a driver killed before the engine wrote anything (written through by Job.status_detail)
+    assert failure_of({"error": "the job ended before the engine recorded anything: Job entrypoint command "
+                                "failed with exit code -9"}).resumable
+    assert not failure_of({"error": "the job ended before the engine recorded anything: runtime env setup failed"}
+                          ).resumable
 
 
 @pytest.mark.timeout(180)
