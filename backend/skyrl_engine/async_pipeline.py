@@ -38,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_engine.trainer import RLTrainer
+
 __all__ = [
     "GeneratedBatch",
     "PipelinedTrainer",
@@ -328,7 +330,6 @@ def make_trainer(cfg: Any, writer: Any, workers: Any, train_rows: list, val_rows
 
     >>> make_trainer(cfg, RunWriter(cfg.run_dir), workers, train_rows, val_rows).train()   # doctest: +SKIP
     """
-    from skyrl_engine.trainer import RLTrainer
 
     trainer = RLTrainer(cfg, writer, workers, train_rows, val_rows)
     bound = staleness_bound(cfg)

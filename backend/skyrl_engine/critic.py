@@ -24,7 +24,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from skyrl_engine.trainable import TrainableWorker
+from skyrl_engine import algorithms
+from skyrl_engine.models import load_model
+from skyrl_engine.policy import prepare_worker
+from skyrl_engine.sampler import position_ids_from_mask
+from skyrl_engine.trainable import TrainableWorker, forward_rows, updates_per_step
 
 if TYPE_CHECKING:
     import torch
@@ -59,7 +63,6 @@ def build_value_model(model_path: str, seed: int):
     """
     import torch
 
-    from skyrl_engine.models import load_model
 
     class ValueModel(torch.nn.Module):
         """``body`` (the LM's transformer) + ``value_head``; its forward is the one FSDP2's hooks wrap."""
@@ -85,7 +88,6 @@ def build_value_model(model_path: str, seed: int):
 
 def response_values(model, batch: TrainBatch) -> torch.Tensor:
     """``values_BT``: the value head at the positions that predict each response token."""
-    from skyrl_engine.sampler import position_ids_from_mask
 
     P = batch.num_prompt_tokens
     values_BL = model(batch.sequences_BL, batch.attention_mask_BL, position_ids_from_mask(batch.attention_mask_BL))
@@ -101,8 +103,6 @@ class CriticWorker(TrainableWorker):
 
     def __init__(self, model_path: str, trainer: TrainerConfig, total_steps: int, num_threads: int = 0,
                  plugins: list[str] | tuple[str, ...] = (), rank: int = 0, world_size: int = 1):
-        from skyrl_engine.policy import prepare_worker
-        from skyrl_engine.trainable import updates_per_step
 
         self.num_threads = prepare_worker(num_threads, plugins)
         t = self.trainer = trainer
@@ -113,7 +113,6 @@ class CriticWorker(TrainableWorker):
 
     def compute_values(self, batch: TrainBatch) -> torch.Tensor:
         """``values_BT`` of the batch before any update (micro-batched, no grad), zero off the response."""
-        from skyrl_engine.trainable import forward_rows
 
         return self.forward_rows_no_grad(batch, forward_rows(self.trainer), response_values)
 
@@ -123,7 +122,6 @@ class CriticWorker(TrainableWorker):
         ``batch.values_BT`` (from :meth:`compute_values`) are the old values the clip is around. With
         several ranks each fits its slice of every mini-batch (see TrainableWorker).
         """
-        from skyrl_engine import algorithms
 
         if batch.values_BT is None or batch.returns_BT is None:
             raise ValueError("CriticWorker.train_step needs batch.values_BT and batch.returns_BT (set by build_train_batch)")

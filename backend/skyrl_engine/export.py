@@ -38,6 +38,9 @@ from typing import Any
 
 from skyrl_core.store import is_url
 from skyrl_engine import checkpoint, lora
+from skyrl_engine.gguf_models import special_token_problems
+from skyrl_engine.models import TINY_MODEL, copy_tokenizer_files, load_tokenizer, resolve_model_path
+from skyrl_engine.tasks import load_prompts
 
 WEIGHT_FILE = re.compile(r"^model(-\d+-of-\d+)?\.safetensors$|^model\.safetensors\.index\.json$")
 ADAPTER_FILES = (lora.ADAPTER_WEIGHTS, lora.ADAPTER_CONFIG)
@@ -315,7 +318,6 @@ def _run_config(ckpt: _Checkpoint) -> dict[str, Any]:
 def _base_model_dir(cfg: dict[str, Any], policy_dir: str) -> str:
     """The run's base model as a local directory (``resolve_model_path``; the built-in tiny model needs the
     train rows it was warm-started on)."""
-    from skyrl_engine.models import TINY_MODEL, resolve_model_path
 
     path = _dig(cfg, "trainer.policy.model.path")
     why = f"{policy_dir} has no tokenizer files, so the export takes them from the run's base model"
@@ -323,7 +325,6 @@ def _base_model_dir(cfg: dict[str, Any], policy_dir: str) -> str:
         raise ExportError(f"trainer.policy.model.path: not found in the checkpoint's config; {why}")
     rows = None
     if path == TINY_MODEL:
-        from skyrl_engine.tasks import load_prompts
 
         train_data = _dig(cfg, "data.train_data") or []
         rows = load_prompts(list(train_data), _dig(cfg, "environment.env_class") or "arithmetic")
@@ -393,8 +394,6 @@ def _auto_tokenizer_problem(out: str, tokenizer) -> str | None:
 
 def _build(ckpt: _Checkpoint, out: str, shown_as: str) -> ExportResult:
     """Write the model directory for ``ckpt`` into the empty directory ``out``."""
-    from skyrl_engine.gguf_models import special_token_problems
-    from skyrl_engine.models import copy_tokenizer_files, load_tokenizer
 
     policy = ckpt.policy_dir
     warnings: list[str] = []

@@ -17,6 +17,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from skyrl_engine.models import encode_prompt, load_model, load_tokenizer
+from skyrl_engine.multiturn import MultiTurnLoop
+from skyrl_engine.policy import prepare_worker
+from skyrl_engine.protocol import context_tokens, to_sample_batch
+from skyrl_engine.sampler import TorchSampler
+from skyrl_engine.tasks import EnvSettings, register_builtin_envs, score_response
 from skyrl_engine.types import GeneratorOutput, PromptRow, step_seed  # noqa: F401 - step_seed re-exported until trainer.py moves
 
 if TYPE_CHECKING:
@@ -31,7 +37,6 @@ class SingleTurnLoop:
                  env_configs: dict[str, dict[str, Any]] | None = None) -> None:
         self.tokenizer = tokenizer
         self.backend = backend
-        from skyrl_engine.tasks import EnvSettings
 
         self.env_configs = env_configs or {}
         self.env_settings = EnvSettings(self.env_configs)
@@ -39,7 +44,6 @@ class SingleTurnLoop:
 
     def encode(self, row: PromptRow) -> list[int]:
         """The row's chat prompt as token ids (generation prompt appended), cached per prompt."""
-        from skyrl_engine.models import encode_prompt
 
         key = json.dumps(row.prompt)
         if key not in self._prompt_cache:
@@ -48,8 +52,6 @@ class SingleTurnLoop:
 
     def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
         """``n`` samples for each row, scored by each row's environment."""
-        from skyrl_engine.protocol import to_sample_batch
-        from skyrl_engine.tasks import score_response
 
         expanded = [row for row in rows for _ in range(n)]
         prompt_ids = [self.encode(row) for row in rows]
@@ -98,8 +100,6 @@ class GeneratorWorker:
                  seed: int = 0, engine_kwargs: dict[str, Any] | None = None,
                  backend: TokenGenerator | None = None) -> None:
         from skyrl_core.choices import Backend
-        from skyrl_engine.models import load_tokenizer
-        from skyrl_engine.policy import prepare_worker
 
         self.num_threads = prepare_worker(num_threads, plugins)
         trained_positions = model_max_positions(model_path)  # read once: the loop and vLLM's context
@@ -118,26 +118,21 @@ class GeneratorWorker:
                       "dtype": "float32" if placement is None or placement.plan.device == "CPU" else "auto",
                       **(engine_kwargs or {})}
             if generator.max_turns > 1:  # episodes grow past one prompt: room as the torch sampler has
-                from skyrl_engine.protocol import context_tokens
 
                 kwargs.setdefault("max_model_len", context_tokens(trained_positions))
             self.backend = VLLMGenerator.from_config(
                 generator.inference_engine, model_path, colocated=colocated, placement=placement, **kwargs)
         else:
-            from skyrl_engine.models import load_model
-            from skyrl_engine.sampler import TorchSampler
 
             self.backend = TorchSampler(load_model(model_path), pad_id=self.tokenizer.pad_token_id,
                                         share_prefill=generator.inference_engine.enable_prefix_caching)
         self.version = 0
         if generator.max_turns > 1:
-            from skyrl_engine.multiturn import MultiTurnLoop
 
             self.loop: SingleTurnLoop | MultiTurnLoop = MultiTurnLoop(
                 self.tokenizer, self.backend, generator.max_turns, env_configs, trained_positions=trained_positions)
         else:
             self.loop = SingleTurnLoop(self.tokenizer, self.backend, env_configs)
-        from skyrl_engine.tasks import register_builtin_envs
 
         register_builtin_envs()
 

@@ -27,6 +27,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from skyrl_engine.models import copy_state_dict
+
 if TYPE_CHECKING:
     from skyrl_core.config import LoraConfig
 
@@ -138,7 +140,6 @@ def merged_state_dict(peft_model: Any) -> dict[str, Any]:
     model class, as ``from_pretrained`` would."""
     import torch
 
-    from skyrl_engine.models import copy_state_dict
 
     base = peft_model.get_base_model()
     layers = _lora_layers(peft_model)

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from skyrl_engine.cache import cache_root, file_lock
+from skyrl_engine.gguf_models import SMOLLM2, gguf_model_dir, packaged_smollm2, special_token_problems
 
 if TYPE_CHECKING:
     from skyrl_engine.types import PromptRow
@@ -284,7 +285,6 @@ def resolve_model_path(path: str, train_rows: list[PromptRow] | None, seed: int)
     """A local Hugging Face directory for ``trainer.policy.model.path``: a directory itself (its EOS checked
     against its config), the built tiny model, or a GGUF file / the packaged SmolLM2 converted once into
     the model cache (gguf_models.py)."""
-    from skyrl_engine.gguf_models import SMOLLM2, gguf_model_dir, packaged_smollm2, special_token_problems
 
     if path == TINY_MODEL:
         if not train_rows:

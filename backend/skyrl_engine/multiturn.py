@@ -34,8 +34,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from skyrl_engine.models import encode_prompt
 from skyrl_engine.protocol import context_tokens
-from skyrl_engine.types import GeneratorOutput, PromptRow, step_seed
+from skyrl_engine.tasks import EnvSettings, make_env
+from skyrl_engine.types import GeneratorOutput, PromptRow, SampleBatch, left_pad, step_seed
 
 if TYPE_CHECKING:
     from skyrl_core.config import SamplingParams
@@ -81,7 +83,6 @@ class MultiTurnLoop:
         self.tokenizer = tokenizer
         self.backend = backend
         self.max_turns = int(max_turns)
-        from skyrl_engine.tasks import EnvSettings
 
         self.env_configs = env_configs or {}
         self.env_settings = EnvSettings(self.env_configs)
@@ -106,8 +107,6 @@ class MultiTurnLoop:
         return full[len(self._base_ids):]
 
     def _start(self, row: PromptRow) -> _Episode:
-        from skyrl_engine.models import encode_prompt
-        from skyrl_engine.tasks import make_env
 
         # skyrl-gym's environments read their turn budget from the row's extras (text2sql defaults to 5,
         # search to 2); a row that does not say gets generator.max_turns, so the env's "turns left"
@@ -164,7 +163,6 @@ class MultiTurnLoop:
     def _output(self, rows, expanded, episodes: list[_Episode], env_metrics, n: int) -> GeneratorOutput:
         import torch
 
-        from skyrl_engine.types import SampleBatch, left_pad
 
         pad = self.tokenizer.pad_token_id
         prompt_ids_BP, prompt_mask_BP = left_pad([ep.prompt_ids for ep in episodes], pad)

@@ -20,6 +20,19 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from skyrl_engine import algorithms, lora
+from skyrl_engine.lora import (
+    adapter_of,
+    has_adapter,
+    install_adapter,
+    merged_state_dict,
+    parameter_counts,
+    read_adapter,
+    save_adapter,
+)
+from skyrl_engine.models import copy_tokenizer_files, load_model
+from skyrl_engine.ray_runtime import register_tensor_transport
+from skyrl_engine.sampler import distinct_rows, position_ids_from_mask
 from skyrl_engine.trainable import TrainableWorker, forward_no_grad, forward_rows, updates_per_step
 from skyrl_engine.types import TrainBatch  # noqa: F401 - re-exported until trainer.py moves
 
@@ -68,7 +81,6 @@ def response_logits(model, batch: TrainBatch, share_prompt: bool = True):
     import torch
     from transformers import DynamicCache
 
-    from skyrl_engine.sampler import distinct_rows, position_ids_from_mask
 
     P = batch.num_prompt_tokens
     T = batch.sequences_BL.shape[1] - P
@@ -95,7 +107,6 @@ def prepare_worker(num_threads: int, plugins: list[str] | tuple[str, ...] = ()) 
     import torch
 
     from skyrl_core.registry import load_plugins
-    from skyrl_engine.ray_runtime import register_tensor_transport
 
     load_plugins(plugins)
     threads = set_torch_threads(num_threads)
@@ -109,7 +120,6 @@ class ReferenceWorker:
 
     def __init__(self, model_path: str, trainer: TrainerConfig, temperature: float, num_threads: int = 0,
                  plugins: list[str] | tuple[str, ...] = ()) -> None:
-        from skyrl_engine.models import load_model
 
         self.num_threads = prepare_worker(num_threads, plugins)
         self.micro_rows = forward_rows(trainer)
@@ -144,8 +154,6 @@ class PolicyWorker(TrainableWorker):
     def __init__(self, model_path: str, trainer: TrainerConfig, temperature: float, total_steps: int,
                  num_threads: int = 0, plugins: list[str] | tuple[str, ...] = (), rank: int = 0,
                  world_size: int = 1):
-        from skyrl_engine import lora
-        from skyrl_engine.models import load_model
 
         self.num_threads = prepare_worker(num_threads, plugins)
         t = self.trainer = trainer
@@ -165,7 +173,6 @@ class PolicyWorker(TrainableWorker):
         """Run the micro-batched update on one step's batch; return ``policy/...`` metrics."""
         import torch
 
-        from skyrl_engine import algorithms
 
         t = self.trainer
         algo = self.algo
@@ -270,7 +277,6 @@ class PolicyWorker(TrainableWorker):
         the torch generator merges itself). With several ranks every rank must call it and rank 0 returns
         the gathered whole ({} on the others)."""
         if self.lora is not None and adapter_only:
-            from skyrl_engine.lora import adapter_of
 
             return adapter_of(self.model)
         return self.full_state_dict()
@@ -278,14 +284,12 @@ class PolicyWorker(TrainableWorker):
     def full_state_dict(self) -> dict[str, Any]:
         """The whole model's state dict; with LoRA the plain model's, every adapter merged."""
         if self.lora is not None:
-            from skyrl_engine.lora import merged_state_dict
 
             return merged_state_dict(self.model)
         return super().full_state_dict()
 
     def parameter_counts(self) -> dict[str, Any]:
         """``{"total", "trainable", "lora_rank"}`` of the policy (``trainable`` is the adapters' with LoRA)."""
-        from skyrl_engine.lora import parameter_counts
 
         return {**parameter_counts(self.model), "lora_rank": int(self.lora.rank) if self.lora is not None else 0}
 
@@ -293,10 +297,8 @@ class PolicyWorker(TrainableWorker):
         """A Hugging Face model directory that loads without skyrl-nb: ``model.safetensors`` (LoRA merged),
         ``config.json``, ``generation_config.json`` and the base model's tokenizer; with LoRA also the PEFT
         adapter (``adapter_model.safetensors``, ``adapter_config.json``)."""
-        from skyrl_engine.models import copy_tokenizer_files
 
         if self.lora is not None:
-            from skyrl_engine.lora import save_adapter
 
             self.unwrapped.get_base_model().save_pretrained(role_dir, state_dict=weights, safe_serialization=True)
             save_adapter(self.unwrapped, role_dir)
@@ -306,7 +308,6 @@ class PolicyWorker(TrainableWorker):
 
     def _read_weights(self, role_dir: str) -> dict[str, Any]:
         """The checkpoint's weights: its LoRA adapter (with LoRA), else the consolidated model."""
-        from skyrl_engine.lora import has_adapter
 
         saved_lora = has_adapter(role_dir)
         if (self.lora is not None) != saved_lora:
@@ -316,7 +317,6 @@ class PolicyWorker(TrainableWorker):
                              f"run has {now}; resume with the LoRA settings the checkpoint was trained with")
         if self.lora is None:
             return super()._read_weights(role_dir)
-        from skyrl_engine.lora import read_adapter
 
         return read_adapter(role_dir)
 
@@ -324,6 +324,5 @@ class PolicyWorker(TrainableWorker):
         """Install what :meth:`_read_weights` read: the adapters over the base model (with LoRA)."""
         if self.lora is None:
             return super()._load_weights(role_dir, weights)
-        from skyrl_engine.lora import install_adapter
 
         install_adapter(self.model, weights, role_dir)

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core.config import SamplingParams
+from skyrl_engine.lora import LoraAdapter, apply_adapter
+from skyrl_engine.models import load_model
 from skyrl_engine.types import Completions, SampleBatch, left_pad
 
 if TYPE_CHECKING:
@@ -218,7 +220,6 @@ class TorchSampler:
     def update_weights(self, weights: Mapping[str, Any] | str | LoraAdapter, version: int) -> float:
         """Load a full state dict from the trainer (or a directory of safetensors), or a LoRA adapter, which is
         merged into the base model this sampler started with (:func:`skyrl_engine.lora.apply_adapter`)."""
-        from skyrl_engine.lora import LoraAdapter, apply_adapter
 
         t0 = time.perf_counter()
         if isinstance(weights, LoraAdapter):
@@ -226,7 +227,6 @@ class TorchSampler:
         elif isinstance(weights, Mapping):
             self.model.load_state_dict(weights, strict=True)
         else:
-            from skyrl_engine.models import load_model
 
             self.model.load_state_dict(load_model(str(weights)).state_dict(), strict=True)
         self.version = version

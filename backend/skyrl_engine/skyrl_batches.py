@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from skyrl_engine.dapo import soft_overlong_penalty
+
 Decode = Callable[[list[int], bool], str]
 
 
@@ -100,7 +102,6 @@ def apply_overlong_penalty(output: dict[str, Any], max_len: int, buffer_len: int
     """DAPO's soft overlong penalty on a SkyRL ``GeneratorOutput``'s per-sample rewards, in place, before
     dynamic sampling sees them (where skyrl-nb's engine applies it; ``skyrl_engine.dapo.soft_overlong_penalty``).
     Per-token reward lists are left alone."""
-    from skyrl_engine.dapo import soft_overlong_penalty
 
     rewards = output["rewards"]
     if buffer_len <= 0 or not rewards or isinstance(rewards[0], (list, tuple)):

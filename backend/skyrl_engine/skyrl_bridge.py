@@ -37,6 +37,12 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from skyrl_engine.__main__ import _keep_tokenizer
+from skyrl_engine.cache import cache_root
+from skyrl_engine.models import resolve_model_path
+from skyrl_engine.tasks import BUILTIN_PREFIX, env_configs_from_environ, load_prompts, read_rows, write_rows
+from skyrl_engine.text2sql_data import builtin_db_root
+
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_NO_SKYRL, EXIT_STOPPED = 0, 1, 2, 3, 143
 HEARTBEAT_S = 5.0
 """``decode(token_ids, skip_special_tokens) -> text`` (a tokenizer's ``decode``)."""
@@ -250,8 +256,6 @@ def resolve_args(words: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     Returns ``(words, resolved)``: the words to hand SkyRL and ``{key: new value}`` for what changed.
     """
     from skyrl_core.skyrl_translate import skyrl_value
-    from skyrl_engine.cache import cache_root
-    from skyrl_engine.tasks import BUILTIN_PREFIX, load_prompts, read_rows, write_rows
 
     values = _parse_words(words)
     resolved: dict[str, Any] = {}
@@ -277,8 +281,6 @@ def resolve_args(words: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
             resolved[key] = files
     if any(str(p).startswith("builtin://text2sql/") for k in ("data.train_data", "data.val_data")
            for p in (values.get(k) or [])) and "environment.skyrl_gym.text2sql.db_path" not in values:
-        from skyrl_engine.tasks import env_configs_from_environ
-        from skyrl_engine.text2sql_data import builtin_db_root
 
         given = env_configs_from_environ().get("text2sql", {}).get("db_path")
         resolved["environment.skyrl_gym.text2sql.db_path"] = given or builtin_db_root()
@@ -286,7 +288,6 @@ def resolve_args(words: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     for key in ("trainer.policy.model.path", "trainer.critic.model.path"):
         model = values.get(key)
         if isinstance(model, str) and (model.startswith(BUILTIN_PREFIX) or model.endswith(".gguf")):
-            from skyrl_engine.models import resolve_model_path
 
             rows = load_prompts(list(train_files), str(values.get("environment.env_class") or "arithmetic"))
             resolved[key] = resolve_model_path(model, rows, int(values.get("trainer.seed") or 42))
@@ -305,7 +306,6 @@ def _prompt_limits(model_dir: str, data_files: Sequence[str], values: Mapping[st
     :func:`resolve_args`."""
     from transformers import AutoTokenizer
 
-    from skyrl_engine.tasks import load_prompts
 
     found: dict[str, int] = {}
     if "trainer.max_prompt_length" not in values:
@@ -459,7 +459,6 @@ def _describe_run(tracker: RunStoreTracker, cfg: Any) -> None:
     for a run started by hand (``launch`` writes skyrl-nb's config first), SkyRL's config as config.yaml."""
     import dataclasses
 
-    from skyrl_engine.__main__ import _keep_tokenizer
 
     _keep_tokenizer(cfg.trainer.policy.model.path, tracker.writer)
     if not tracker.writer.store.exists("config.yaml"):

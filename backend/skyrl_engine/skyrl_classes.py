@@ -17,6 +17,9 @@ from typing import Any
 
 from skyrl.train.config import AlgorithmConfig, BaseConfig, SkyRLTrainConfig, TrainerConfig
 
+from skyrl_engine import skyrl_batches as batches
+from skyrl_engine.tasks import register_builtin_envs
+
 
 @dataclass
 class OverlongBufferConfig(BaseConfig):
@@ -51,7 +54,6 @@ def experiment_class() -> type:
     from skyrl.train.entrypoints.main_base import BasePPOExp
     from skyrl.train.trainer import RayPPOTrainer
 
-    from skyrl_engine import skyrl_batches as batches
 
     class BridgeTrainer(RayPPOTrainer):
         """SkyRL's trainer, telling the run store what it does."""
@@ -112,7 +114,6 @@ def experiment_class() -> type:
             return self.run_store
 
         def get_generator(self, cfg: Any, tokenizer: Any, inference_engine_client: Any) -> Any:
-            from skyrl_engine.tasks import register_builtin_envs
 
             register_builtin_envs()  # skyrl-nb's environments (arithmetic, plug-ins') in skyrl-gym's registry
             return super().get_generator(cfg, tokenizer, inference_engine_client)

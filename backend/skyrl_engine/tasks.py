@@ -19,6 +19,7 @@ import os
 import re
 from typing import Any
 
+from skyrl_engine.text2sql_data import builtin_db_root, text2sql_rows
 from skyrl_engine.types import PromptRow  # noqa: F401 - re-exported: the loader's row type
 
 BUILTIN_PREFIX = "builtin://"
@@ -229,7 +230,6 @@ def env_config_for(env_class: str, env_configs: dict[str, dict[str, Any]] | None
 
     settings = dict(DEFAULT_ENV_CONFIGS.get(env_class, {}))
     if env_class == "text2sql" and not (env_configs or {}).get("text2sql", {}).get("db_path"):
-        from skyrl_engine.text2sql_data import builtin_db_root
 
         settings["db_path"] = builtin_db_root()
     settings.update((env_configs or {}).get(env_class, {}))
@@ -294,7 +294,6 @@ def read_rows(path: str) -> list[dict[str, Any]]:
     if path.startswith(BUILTIN_PREFIX):
         name = path[len(BUILTIN_PREFIX) :]
         if name.startswith("text2sql/"):  # multi-turn text2sql on built-in SQLite files (text2sql_data.py)
-            from skyrl_engine.text2sql_data import text2sql_rows
 
             return text2sql_rows(name.split("/", 1)[1])
         match = re.fullmatch(r"(arithmetic|word_problems)/(\w+)", name)

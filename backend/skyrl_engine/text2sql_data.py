@@ -21,6 +21,8 @@ import os
 import sqlite3
 from typing import Any
 
+from skyrl_engine.cache import cache_root
+
 SPLITS = {"train": 96, "test": 16}
 _SINGERS = [("Ann", 31, "UK"), ("Bo", 25, "US"), ("Cy", 42, "UK"), ("Di", 19, "FR"), ("Ed", 37, "US")]
 _PETS = [("cat", 3, 4.0), ("dog", 5, 12.5), ("cat", 1, 3.2), ("fish", 2, 0.1), ("dog", 8, 20.0), ("cat", 7, 5.1)]
@@ -28,7 +30,6 @@ _PETS = [("cat", 3, 4.0), ("dog", 5, 12.5), ("cat", 1, 3.2), ("fish", 2, 0.1), (
 
 def builtin_db_root() -> str:
     """Where the built-in task's databases live: ``<SKYRL_NB_CACHE or ~/.cache/skyrl-nb>/text2sql``."""
-    from skyrl_engine.cache import cache_root
 
     return os.path.join(cache_root(), "text2sql")
 

@@ -29,6 +29,15 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from skyrl_engine.distributed import (
+    DistributedContext,
+    node_id,
+    rank_slice,
+    rendezvous_address,
+    resident_bytes,
+)
+from skyrl_engine.models import copy_state_dict
+
 if TYPE_CHECKING:
     from skyrl_core.config import TrainerConfig
     from skyrl_engine.types import TrainBatch
@@ -103,7 +112,6 @@ class TrainableWorker:
     # -- the group (world_size > 1; see distributed.py) ------------------------------------------
     def rendezvous(self) -> str:
         """Rank 0: an address for the group to meet at."""
-        from skyrl_engine.distributed import rendezvous_address
 
         return rendezvous_address()
 
@@ -111,7 +119,6 @@ class TrainableWorker:
         """Join the group at ``address``, wrap the model (``fsdp2``, or ``ddp`` when asked or when fsdp2
         cannot wrap it), build the optimizer over the wrapped parameters; this rank's record:
         ``{rank, strategy, node_id, pid}`` (and ``fallback``, the reason, when ddp replaced fsdp2)."""
-        from skyrl_engine.distributed import DistributedContext, node_id
         self.dist = DistributedContext(address, self.rank, self.world_size)
         self.model, self.strategy, fallback = self.dist.wrap(self.model, strategy, self.fsdp_config)
         self.optimizer, self.scheduler = make_optimizer(self.model, self.optimizer_config, self.total_optimizer_steps)
@@ -121,7 +128,6 @@ class TrainableWorker:
     # -- passes ---------------------------------------------------------------------------------
     def my_rows(self, rows: int) -> tuple[int, int]:
         """The ``[start, stop)`` of ``rows`` this rank works on (all of them on one rank)."""
-        from skyrl_engine.distributed import rank_slice
 
         return rank_slice(rows, self.rank, self.world_size)
 
@@ -161,7 +167,6 @@ class TrainableWorker:
     def finish_metrics(self, metrics: dict[str, float], summed: tuple[str, ...]) -> dict[str, float]:
         """Add ``<role>/rank_resident_bytes_max`` (parameters + AdamW state this rank holds) and combine
         the ranks' metrics (keys in ``summed`` add up; see DistributedContext.reduce_metrics)."""
-        from skyrl_engine.distributed import resident_bytes
 
         metrics[f"{self.role}/rank_resident_bytes_max"] = float(resident_bytes(self.model, self.optimizer))
         return metrics if self.dist is None else self.dist.reduce_metrics(metrics, summed)
@@ -171,7 +176,6 @@ class TrainableWorker:
         call it and rank 0 gets the whole ({} on the others)."""
         if self.dist is not None:
             return self.dist.full_state_dict(self.model)
-        from skyrl_engine.models import copy_state_dict
 
         return copy_state_dict(self.model.state_dict())
 

@@ -210,7 +210,7 @@ def test_the_builtin_tiny_model_is_resolved_with_the_runs_train_rows(monkeypatch
         seen.update(path=path, rows=len(rows), seed=seed)
         return "/built/tiny"
 
-    monkeypatch.setattr(models, "resolve_model_path", fake_resolve)
+    monkeypatch.setattr(export, "resolve_model_path", fake_resolve)
     cfg = {"trainer": {"policy": {"model": {"path": models.TINY_MODEL}}, "seed": 42},
            "data": {"train_data": ["builtin://arithmetic/train"]}, "environment": {"env_class": "arithmetic"}}
     assert export._base_model_dir(cfg, "/ckpt/policy") == "/built/tiny"
