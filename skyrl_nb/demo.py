@@ -42,17 +42,42 @@ def ensure_kernel(name: str = KERNEL_NAME) -> str:
     return name
 
 
+def kernel_transport() -> Any:
+    """The kernel manager's settings for how the executor talks to the kernel: never plain TCP.
+
+    With pyzmq built with CurveZMQ (the usual wheels), TCP encrypted with keys the manager makes for each
+    kernel (`transport_encryption`; the kernelspec ipykernel installs says it supports it); without, IPC
+    (Unix sockets in a private folder). Plain TCP makes the kernel warn "running over TCP without
+    encryption" on every start, and is readable by anyone on the machine.
+    """
+    import tempfile
+
+    import zmq
+    from traitlets.config import Config
+
+    if zmq.has("curve"):
+        return Config({"KernelManager": {"transport_encryption": "required"}})
+    folder = Path(tempfile.mkdtemp(prefix="skyrl-nb-kernel-"))  # 0700: only this user reaches the sockets
+    return Config({"KernelManager": {"transport": "ipc", "ip": str(folder / "kernel")}})
+
+
+def execute(notebook: Path, out: Path, parameters: dict[str, Any], *, kernel: str | None = None,
+            log_output: bool = False, cwd: Path = REPO) -> float:
+    """Execute `notebook` with papermill into `out` on this interpreter's kernel; returns the wall time in seconds."""
+    import papermill
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    papermill.execute_notebook(str(notebook), str(out), parameters=parameters, kernel_name=kernel or ensure_kernel(),
+                               progress_bar=False, log_output=log_output, cwd=str(cwd), config=kernel_transport())
+    return time.monotonic() - start
+
+
 def run_quickstart(out: Path, parameters: dict[str, Any], *, kernel: str | None = None,
                    log_output: bool = False) -> float:
     """Execute the quickstart with papermill into `out`; returns the wall time in seconds."""
-    import papermill
-
     os.environ.setdefault("SKYRL_NB_STATIC", "1")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=parameters, kernel_name=kernel or ensure_kernel(),
-                               progress_bar=False, log_output=log_output, cwd=str(REPO))
-    return time.monotonic() - start
+    return execute(NOTEBOOK, out, parameters, kernel=kernel, log_output=log_output)
 
 
 def summarize(run_dir: Path) -> dict[str, Any]:

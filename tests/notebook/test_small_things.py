@@ -112,3 +112,26 @@ def test_launch_with_plugins_prints_no_ray_info_to_stderr(ray_cluster: Any, nb_h
     during = out.stderr.split("=== launching", 1)[1].split("=== launched", 1)[0]
     assert during.strip() == "", during  # Ray's "INFO dashboard_sdk.py -- Uploading package ..." lines before
     assert (tmp_path / "runs" / "quiet-info" / "config.yaml").exists()  # it was submitted, plug-in and all
+
+
+DEMO_EXECUTE = r"""
+import sys
+from pathlib import Path
+import nbformat
+from skyrl_nb import demo
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("6 * 7")])
+nbformat.write(nb, sys.argv[1] + "/in.ipynb")
+demo.execute(Path(sys.argv[1]) / "in.ipynb", Path(sys.argv[1]) / "out.ipynb", {}, cwd=Path(sys.argv[1]))
+print(nbformat.read(sys.argv[1] + "/out.ipynb", 4).cells[0].outputs[0]["data"]["text/plain"])
+"""
+
+
+def test_demo_executor_kernel_is_not_plain_tcp(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", DEMO_EXECUTE, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("42"), out.stderr[-3000:]
+    # ipykernel's "Kernel is running over TCP without encryption ..." (every `make demo` before)
+    assert "without encryption" not in out.stderr and "WARNING" not in out.stderr, out.stderr
