@@ -32,7 +32,8 @@ def main(argv: list[str]) -> int:
     if cfg.trainer.resume_mode == "latest" and ckpt.exists():
         start = int(ckpt.read_text())
         writer.truncate_after(start)
-        writer.log_event("resumed", step=start)
+        attempt = os.environ.get("SKYRL_NB_ATTEMPT")  # set by Job.resume(); None when it did not say
+        writer.log_event("resumed", step=start, from_step=start, attempt=int(attempt) if attempt else None)
 
     def on_term(signum, frame):
         writer.set_status("stopped")

@@ -2,7 +2,8 @@
 
 - With a checkpoint, the engine (the real ``RLTrainer``, in-process on the tiny model) keeps every row up to
   the checkpoint byte for byte, trains the later steps again once each, writes a ``resumed`` event with
-  ``from_step`` and ``attempt``, and the dashboard's header says so.
+  ``from_step`` and ``attempt``, and the dashboard's header says so; through Ray, ``Job.resume()`` hands the
+  attempt to the job.
 - Without one, a resume is refused in one line, by the engine (nothing written) and, before anything is
   submitted, by ``Job.resume()``, the dashboard's Resume button and ``%skyrl resume``; a new run is offered
   and the old run's files stay byte for byte (real local Ray cluster, ``fake_engine`` jobs).
@@ -155,9 +156,23 @@ def test_resume_is_refused_before_submitting_and_a_new_run_is_offered(
                              runtime_env={"env_vars": {**env, "FAKE_ENGINE_CKPT_INTERVAL": "0"}})
     bad = ray_cluster.launch("quickstart", overrides=common, run_id="bad",
                              runtime_env={"env_vars": {**env, "FAKE_ENGINE_FAIL": "1"}})
-    _wait_for(lambda: len(job.run.metrics()) >= 2, 90, "2 steps")
-    assert job.stop() is True
-    assert job.wait(timeout=60) == "stopped"
+    ck = ray_cluster.launch("quickstart", overrides=common, run_id="ck", runtime_env={"env_vars": env})
+    _wait_for(lambda: len(job.run.metrics()) >= 2 and len(ck.run.metrics()) >= 2, 90, "2 steps")
+    assert job.stop() is True and ck.stop() is True
+    assert job.wait(timeout=60) == "stopped" and ck.wait(timeout=60) == "stopped"
+
+    # with a checkpoint (every step here): resumed through Ray, the attempt travels with the submission
+    ck_lines = (runs / "ck" / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    resumed = ck.resume(overrides=[f"trainer.max_training_steps={len(ck_lines) + 1}"])
+    assert resumed.submission_id == "ck-r1" and resumed.wait(timeout=90) == "succeeded", resumed.logs(tail=20)
+    (event,) = [e for e in resumed.run.events() if e["kind"] == "resumed"]
+    assert (event["from_step"], event["attempt"]) == (len(ck_lines), 1)
+    assert (runs / "ck" / "metrics.jsonl").read_bytes().splitlines(keepends=True)[:len(ck_lines)] == ck_lines
+    ck_dash = Dashboard(resumed, static=False)
+    ck_header = ck_dash.widget().children[0]
+    ck_dash.refresh()
+    assert ck_header.note == f"resumed from step {len(ck_lines)} (attempt 1)" and ck_header.actions == ["logs"]
+    ck_dash.stop()
     done = job.run.metrics()[-1]["step"]
     run = runs / "nock"
     before = _files(run)
