@@ -389,7 +389,10 @@ class SkyrlMagics(Magics):
             return cluster
         from skyrl_nb.cluster import local
 
-        return local()
+        try:
+            return local()
+        except (OSError, ValueError) as err:  # a folder it cannot use (read-only HOME, TMPDIR): one line naming it
+            raise UsageError(f"%skyrl launch: {_one_line(str(err))}") from None
 
     def _clusters(self) -> list[Any]:
         """Where lookups ask: the cluster in the `cluster` setting's variable, then a local head already

@@ -70,6 +70,21 @@ def test_read_only_home_is_one_line_naming_the_path_and_the_setting(tmp_path: Pa
     assert rc != 0 and seconds < 10, (rc, seconds, said[-2000:])
     assert f"'{home}/.cache/skyrl-nb/ray'" in line and "SKYRL_NB_CACHE_DIR" in line
 
+    # `%skyrl launch` says the same in its one-line usage error
+    rc, said, seconds = _run(MAGIC_LAUNCH.format(root=tmp_path / "runs"), {"HOME": str(home)}, read_only=home)
+    assert rc == 0 and seconds < 10, (rc, seconds, said[-2000:])
+    assert "UsageError: %skyrl launch: skyrl-nb's config dir" in said and "SKYRL_NB_CONFIG_DIR" in said, said
+    assert "Traceback" not in said
+
+
+MAGIC_LAUNCH = """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_line_magic("load_ext", "skyrl_nb")
+shell.run_line_magic("config", "SkyrlMagics.show_dashboard = False")
+shell.run_cell("%skyrl launch trainer.max_training_steps=2 run.run_root={root}")
+"""
+
 
 FORKSERVER = """
 import multiprocessing as mp, os
