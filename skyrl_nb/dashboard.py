@@ -658,7 +658,8 @@ class Dashboard:
                              stage=f"{stage[0]} {int(stage[1])}s" if stage else "", elapsed=self.times_text())
         rows = "".join(f"<tr><td style='text-align:left;padding-right:1em'><b>{html.escape(k)}</b></td>"
                        f"<td style='text-align:left'><code>{html.escape(v)}</code></td></tr>" for k, v in self._details())
-        links = "".join(f" &middot; <a href='{html.escape(x['href'])}' target='_blank'>{html.escape(x['label'])}</a>"
+        links = "".join(f" &middot; <a href='{html.escape(x['href'])}' target='_blank' title='{html.escape(x['title'])}'>"
+                        f"{html.escape(x['label'])}</a>" + (f" <small>{html.escape(x['hint'])}</small>" if x.get("hint") else "")
                         for x in self._links())
         as_of = "" if self.finished else f" <small>(as of {taken})</small>"
         note = self.note()

@@ -153,3 +153,36 @@ def test_static_svgs_on_one_page_share_no_id(tmp_path):
     for doc in docs:
         refs = re.findall(r"url\(#([^)]+)\)", doc)
         assert refs and set(refs) <= set(re.findall(r'\bid="([^"]+)"', doc))
+
+
+def test_ray_job_link_says_how_to_get_a_local_clusters_token(tmp_path):
+    """A job on a local cluster: the header's Ray job link (widget and static HTML) says to run
+    cluster.dashboard_token(), and neither shows the token; a cluster without that method gets no hint."""
+    import types
+
+    from inspector_runs import write_run
+
+    from skyrl_nb.cluster.base import Cluster
+    from skyrl_nb.cluster.local import LocalCluster
+    from skyrl_nb.dashboard import Dashboard
+    from skyrl_nb.jobs import Job
+
+    class JobsInMemory:
+        def get_job_info(self, submission_id):
+            return types.SimpleNamespace(status="SUCCEEDED", message="", start_time=None, end_time=None)
+
+    run = write_run(tmp_path / "run", steps=2).run_dir
+    local = LocalCluster("http://127.0.0.1:8265", "tok-SECRET", temp_dir=tmp_path, pid=0, num_cpus=1, log_path=tmp_path)
+    remote = Cluster("http://10.0.0.5:8265", "tok-SECRET")
+    for cluster in (local, remote):
+        cluster._client_obj = JobsInMemory()
+    views = {}
+    for name, cluster in (("local", local), ("remote", remote)):
+        dash = Dashboard(Job(cluster, submission_id="sub-1", run_id="run", run_dir=str(run)), static=False)
+        dash.widget()
+        views[name] = (dash._header.links, dash._html())
+    (link,), static = views["local"]
+    assert "cluster.dashboard_token()" in link["hint"] and "cluster.dashboard_token()" in link["title"]
+    assert "cluster.dashboard_token()" in static and "tok-SECRET" not in static + repr(link)
+    (link,), static = views["remote"]
+    assert "hint" not in link and "dashboard_token" not in static
