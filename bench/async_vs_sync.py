@@ -28,12 +28,10 @@ STEP_KEYS = (
 def run_mode(mode: str, steps: int, run_root: str, overrides: list[str]) -> dict:
     """Train ``steps`` steps in ``mode`` (sync | one_step); return timings and per-step metrics."""
     from skyrl_core.config import load_config
-    from skyrl_core.runs import RunReader, RunWriter
-    from skyrl_engine.async_pipeline import PipelinedTrainer, staleness_bound
+    from skyrl_core.runs import RunReader
+    from skyrl_engine.build import build
     from skyrl_engine.models import resolve_model_path
     from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import RLTrainer
-    from skyrl_engine.workers import Workers
 
     cfg = load_config("quickstart", [
         f"run.run_root={run_root}", f"run.run_id={mode}", f"trainer.max_training_steps={steps}",
@@ -43,12 +41,11 @@ def run_mode(mode: str, steps: int, run_root: str, overrides: list[str]) -> dict
     ])
     train = load_prompts(cfg.data.train_data, cfg.environment.env_class)
     model_dir = resolve_model_path(cfg.trainer.policy.model.path, train, cfg.trainer.seed)
-    # colocate_all=false on the connected Ray cluster: the generator and the policy are actors
-    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)))
+    # colocate_all=false on the connected Ray cluster: the generator and the policy are actors; async_one_step
+    # picks the pipelined trainer
+    engine = build(cfg, model_path=model_dir, train_rows=train, val_rows=[], in_process=False)
+    workers, loop = engine.workers, engine.trainer
     try:
-        trainer = RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, [])
-        bound = staleness_bound(cfg)
-        loop = PipelinedTrainer(trainer, bound) if bound else trainer
         t0 = time.perf_counter()
         loop.train()
         wall = time.perf_counter() - t0

@@ -94,12 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from skyrl_core.config import load_config
-    from skyrl_core.runs import RunWriter
+    from skyrl_engine.build import build
     from skyrl_engine.models import load_model, load_tokenizer, resolve_model_path
     from skyrl_engine.policy import set_torch_threads
     from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import RLTrainer
-    from skyrl_engine.workers import Workers
 
     set_torch_threads(args.threads)
     tmp = tempfile.mkdtemp(prefix="bench-engine-")
@@ -113,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     g, t = cfg.generator, cfg.trainer
 
     # trainer.num_threads=args.threads: every role in this process, each on that many torch threads
-    local = RLTrainer(cfg, RunWriter(cfg.run_dir), Workers.create(cfg, model_path, total, in_process=True), train, [])
+    local = build(cfg, model_path=model_path, train_rows=train, val_rows=[], total_steps=total, in_process=True).trainer
     bare_model, tokenizer = load_model(model_path), load_tokenizer(model_path)
     oc = t.policy.optimizer_config
     bare_opt = torch.optim.AdamW(bare_model.parameters(), lr=oc.lr, weight_decay=oc.weight_decay)
@@ -127,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             connection = connect(num_cpus=2)
             # disaggregated: the generator and the policy as Ray actors, one CPU bundle each
             cfg_ray = cfg.with_overrides(["run.run_id=ray", "trainer.placement.colocate_all=false"])
-            ray_trainer = RLTrainer(cfg_ray, RunWriter(cfg_ray.run_dir), Workers.create(cfg_ray, model_path, total),
-                                    train, [])
+            ray_trainer = build(cfg_ray, model_path=model_path, train_rows=train, val_rows=[], total_steps=total,
+                                in_process=False).trainer
         except Exception as err:  # report, and fall back to the in-process engine
             ray_note = f"ray engine unavailable: {type(err).__name__}: {err}"
 

@@ -106,14 +106,13 @@ def _train_arms(runs: dict[int, Any], model_path: str, train: list[Any], total: 
                 rows: dict[int, list[dict]]) -> None:
     """Build one trainer per config of ``runs`` at once, alternate their ``total`` steps, and append every
     step's metrics but the first (it pays for lazy start-up work) to ``rows``; shut them all down after."""
-    from skyrl_core.runs import RunWriter
-    from skyrl_engine.trainer import RLTrainer
-    from skyrl_engine.workers import Workers
+    from skyrl_engine.build import build
 
     trainers: dict[int, Any] = {}
     try:
         for ranks, cfg in runs.items():
-            trainers[ranks] = RLTrainer(cfg, RunWriter(cfg.run_dir), Workers.create(cfg, model_path, total), train, [])
+            trainers[ranks] = build(cfg, model_path=model_path, train_rows=train, val_rows=[], total_steps=total,
+                                    in_process=False).trainer
         for step in range(1, total + 1):
             for ranks, trainer in trainers.items():
                 started = time.perf_counter()

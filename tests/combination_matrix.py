@@ -86,7 +86,7 @@ def walk(backend: str, model_dir: str, run_root: Path, *, engine_kwargs: dict[st
     job's workers would serve a resumed run with another estimator or schedule. Where the loop
     changes, the generator role is replaced by ``Workers.generator_role`` of the new config.
     """
-    from skyrl_engine.async_pipeline import make_trainer
+    from skyrl_engine.build import make_trainer
     from skyrl_engine.critic import needs_critic
     from skyrl_engine.tasks import load_prompts
     from skyrl_engine.workers import Workers

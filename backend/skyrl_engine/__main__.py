@@ -173,49 +173,32 @@ def _record_early_failure(error: str) -> None:
 
 
 def _start(cfg, writer, held: dict[str, Any]) -> None:
-    """Data, model, Ray, workers, trainer — in that order; each lands in ``held`` once it exists.
+    """The engine (:func:`skyrl_engine.build.build`: data, model, Ray, workers, trainer), then the trackers
+    and the metrics port; each lands in ``held`` once it exists, so the job can close it whatever happens.
 
     :meth:`skyrl_engine.workers.Workers.create` puts each role where the config says (in this process,
     or Ray actors in placement groups); ``trainer.async_one_step`` / ``trainer.fully_async`` pick the
     schedule (synchronous or pipelined).
     """
-    from skyrl_core.choices import Stage
-    from skyrl_engine.async_pipeline import make_trainer, pipeline_mode, staleness_bound
-    from skyrl_engine.models import model_build_note, resolve_model_path
-    from skyrl_engine.policy import set_torch_threads
-    from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.workers import Workers, runs_in_job_process, uses_vllm
+    from skyrl_engine.async_pipeline import pipeline_mode, staleness_bound  # the train path only: torch
+    from skyrl_engine.build import build
+    from skyrl_engine.workers import uses_vllm
 
     vllm_python = None
     if uses_vllm(cfg):  # before anything starts: RuntimeError naming SKYRL_VLLM_PYTHON when there is no vLLM
-        from skyrl_engine.vllm_engine import find_vllm_python
+        from skyrl_engine.vllm_engine import find_vllm_python  # an optional dependency
 
         vllm_python = find_vllm_python()
         _log(f"vllm: engines run in {vllm_python or sys.executable}")
-    set_torch_threads(cfg.trainer.num_threads)
-    env_class = cfg.environment.env_class
-    train_rows = load_prompts(cfg.data.train_data, env_class)
-    val_rows = load_prompts(cfg.data.val_data, env_class) if cfg.data.val_data else []
-    started = time.perf_counter()
-    # resolving the model and loading it into the workers; `detail` says when that first builds it
-    note = model_build_note(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)
-    writer.log_event("stage", step=0, stage=Stage.MODEL_LOAD, **({"detail": note} if note else {}))
-    model_path = resolve_model_path(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)
-    _log(f"model ready at {model_path} ({time.perf_counter() - started:.1f}s)")
-    total_steps = int(cfg.total_steps(len(train_rows)))
-    _keep_tokenizer(model_path, writer)
-    in_process = runs_in_job_process(cfg)
-    if not in_process:
-        in_process = not _connect_ray(cfg, writer, held)
-    held["workers"] = Workers.create(cfg, model_path, total_steps, in_process=in_process, vllm_python=vllm_python)
-    workers = held["workers"]
-    if workers.placement is not None:
-        _log(f"placement: {workers.placement.plan.describe()}")
+    engine = build(cfg, writer, connect=lambda: _connect_ray(cfg, writer, held), log=_log, vllm_python=vllm_python)
+    held["workers"], held["trainer"] = engine.workers, engine.trainer
+    total_steps = engine.total_steps
+    if engine.workers.placement is not None:
+        _log(f"placement: {engine.workers.placement.plan.describe()}")
     else:
         _log("placement: " + ("colocated on CPU: every role in this process" if cfg.trainer.placement.colocate_all
                               else "every role in this process (no Ray)"))
-    _log(f"workers: {workers!r}")
-    held["trainer"] = make_trainer(cfg, writer, held["workers"], train_rows, val_rows)
+    _log(f"workers: {engine.workers!r}")
     from skyrl_engine.tracking import Tracking
 
     held["tracking"] = Tracking(cfg, writer, total_steps)  # trainer.logger: console, mlflow, tensorboard, wandb
@@ -258,14 +241,6 @@ def _final_checkpoint(held: dict[str, Any]) -> str | None:
     except (OSError, ValueError):
         return None
     return None if step is None else checkpoint.step_dir(trainer.ckpt_root, step)
-
-
-def _keep_tokenizer(model_path: str, writer) -> None:
-    """Copy the model's ``tokenizer.json`` into ``<run_dir>/tokenizer/``: the inspector decodes tokens with it."""
-    source = os.path.join(model_path, "tokenizer.json")
-    if os.path.isfile(source):
-        with open(source, "rb") as f:
-            writer.put_file("tokenizer/tokenizer.json", f.read())
 
 
 def export(source: str, dest: str, step: int | None) -> int:

@@ -38,12 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_engine.trainer import RLTrainer
-
 __all__ = [
     "GeneratedBatch",
     "PipelinedTrainer",
-    "make_trainer",
     "RolloutPipeline",
     "pipeline_mode",
     "staleness_bound",
@@ -323,14 +320,3 @@ class PipelinedTrainer:
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(repr(self))}</code>"
-
-
-def make_trainer(cfg: Any, writer: Any, workers: Any, train_rows: list, val_rows: list) -> Any:
-    """The trainer ``cfg`` asks for: :class:`~skyrl_engine.trainer.RLTrainer`, pipelined when async.
-
-    >>> make_trainer(cfg, RunWriter(cfg.run_dir), workers, train_rows, val_rows).train()   # doctest: +SKIP
-    """
-
-    trainer = RLTrainer(cfg, writer, workers, train_rows, val_rows)
-    bound = staleness_bound(cfg)
-    return PipelinedTrainer(trainer, bound) if bound else trainer

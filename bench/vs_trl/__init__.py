@@ -75,17 +75,10 @@ def skyrl_config(setup: dict, steps: int, threads: int, seed: int, run_root: str
 def skyrl_trainer(setup: dict, steps: int, threads: int, seed: int, run_root: str, model_dir: str = "") -> tuple[Any, str]:
     """``(trainer, model_dir)``: the engine's ``RLTrainer`` for :func:`skyrl_config`, its generator and policy in this
     process (``trainer.num_threads`` threads), and the model directory it starts from."""
-    from skyrl_core.runs import RunWriter
-    from skyrl_engine.models import resolve_model_path
-    from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import RLTrainer
-    from skyrl_engine.workers import Workers
+    from skyrl_engine.build import build
 
-    cfg = skyrl_config(setup, steps, threads, seed, run_root, model_dir)
-    train = load_prompts(cfg.data.train_data)
-    model_dir = resolve_model_path(cfg.trainer.policy.model.path, train, cfg.trainer.seed)
-    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True)
-    return RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, []), model_dir
+    engine = build(skyrl_config(setup, steps, threads, seed, run_root, model_dir), val_rows=[], in_process=True)
+    return engine.trainer, engine.model_path
 
 
 def skyrl_side(setup: dict, steps: int, threads: int, seed: int, run_root: str, model_dir: str = "") -> dict:

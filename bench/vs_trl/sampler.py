@@ -5,7 +5,7 @@ other half of a step, the samples the update is computed from. From the tiny mod
 ``--model-seed`` (no optimizer step on either side), every prompt of the tiny setup's data is sampled
 ``group`` times per pass, ``--passes`` passes, in batches of the setup's ``prompts``:
 
-- skyrl-nb: the engine's generator role (``Workers.create(...).generate``, the path ``RLTrainer`` samples
+- skyrl-nb: the engine's generator role (``build(...).workers.generate``, the path ``RLTrainer`` samples
   and scores with: the torch sampler, the chat prompt, the decode, the arithmetic env's reward);
 - TRL: ``GRPOTrainer`` built as ``vs_trl.trl_side`` builds it, through its own
   ``_generate_and_score_completions`` (its prompt tokenisation, ``model.generate`` with its
@@ -47,13 +47,12 @@ def batches(rows: list, passes: int) -> list[list]:
 
 def skyrl_part(work: str, model_dir: str, seed: int, passes: int) -> None:
     """The engine's generator role over every batch -> ``<work>/skyrl.json``."""
-    from skyrl_engine.tasks import load_prompts
+    from skyrl_engine.build import build
     from skyrl_engine.types import step_seed
-    from skyrl_engine.workers import Workers
 
-    cfg = vs_trl.skyrl_config(SETUP, 1, 1, seed, work, model_dir)
-    rows = load_prompts(cfg.data.train_data)
-    workers = Workers.create(cfg, model_dir, 1, in_process=True)
+    engine = build(vs_trl.skyrl_config(SETUP, 1, 1, seed, work, model_dir), model_path=model_dir, val_rows=[],
+                   total_steps=1, in_process=True)
+    cfg, rows, workers = engine.cfg, engine.train_rows, engine.workers
     n = SETUP["group"]
     rewards, lengths, stopped, groups = [], [], 0, []
     for i, batch in enumerate(batches(rows, passes)):

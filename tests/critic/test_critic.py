@@ -5,13 +5,11 @@ from __future__ import annotations
 import torch
 
 from skyrl_core.config import load_config
-from skyrl_core.runs import RunReader, RunWriter
+from skyrl_core.runs import RunReader
 from skyrl_engine import algorithms
+from skyrl_engine.build import build
 from skyrl_engine.critic import CriticWorker
-from skyrl_engine.tasks import load_prompts
-from skyrl_engine.trainer import RLTrainer
 from skyrl_engine.types import TrainBatch
-from skyrl_engine.workers import Workers
 
 CRITIC_KEYS = ["critic/critic_loss", "critic/values_mean", "critic/values_clipfrac", "critic/grad_norm",
                "critic/critic_lr", "timing/critic_train"]
@@ -32,9 +30,8 @@ def _cfg(tmp_path, model_dir, run_id="gae", *extra):
 
 
 def _trainer(cfg, model_dir):
-    train = load_prompts(cfg.data.train_data, "arithmetic")
-    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True)
-    return RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, []), workers
+    engine = build(cfg, model_path=model_dir, val_rows=[], in_process=True)
+    return engine.trainer, engine.workers
 
 
 def _fixed_batch(vocab: int, seed: int = 0) -> TrainBatch:

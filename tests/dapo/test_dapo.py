@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from skyrl_core.config import load_config
-from skyrl_core.runs import RunReader, RunWriter
+from skyrl_core.runs import RunReader
+from skyrl_engine.build import build
 from skyrl_engine.dapo import (
     DynamicSampler,
     concat,
@@ -20,9 +21,8 @@ from skyrl_engine.dapo import (
 )
 from skyrl_engine.sampler import SamplingParams
 from skyrl_engine.tasks import load_prompts
-from skyrl_engine.trainer import RLTrainer, build_train_batch, trajectory_rows
+from skyrl_engine.trainer import build_train_batch, trajectory_rows
 from skyrl_engine.types import GeneratorOutput, PromptRow, SampleBatch
-from skyrl_engine.workers import Workers
 
 
 def _rows(k: int) -> list[PromptRow]:
@@ -171,9 +171,9 @@ def test_dapo_step_through_the_trainer_writes_drops_to_the_run_store(tmp_path, t
                "trainer.max_training_steps=1", "trainer.eval_interval=0", "trainer.ckpt_interval=0",
                "trainer.num_threads=1", "generator.n_samples_per_prompt=4", "trainer.micro_train_batch_size_per_gpu=16",
                "generator.sampling_params.max_generate_length=4")
-    train = load_prompts(cfg.data.train_data, "arithmetic")[:64]
-    workers = Workers.create(cfg, tiny_model_dir, 1, in_process=True)
-    trainer = RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, [])
+    engine = build(cfg, model_path=tiny_model_dir, train_rows=load_prompts(cfg.data.train_data, "arithmetic")[:64],
+                   val_rows=[], total_steps=1, in_process=True)
+    trainer, workers = engine.trainer, engine.workers
     assert isinstance(trainer.dapo, DynamicSampler) and trainer.workers is workers
     metrics = trainer.train_one_step(1)
     for key in ("dynamic_sampling/groups_filtered", "dynamic_sampling/sample_batches", "generate/overlong_filtered",

@@ -73,7 +73,7 @@ def test_gae_on_two_ranks_on_two_nodes_trains_as_one_worker_and_resumes_across_w
     from ray_clusters import SECOND_NODE_RESOURCE, second_ray_node
 
     from skyrl_core.runs import RunReader, RunWriter
-    from skyrl_engine.async_pipeline import make_trainer
+    from skyrl_engine.build import make_trainer
     from skyrl_engine.models import resolve_model_path
     from skyrl_engine.tasks import load_prompts
     from skyrl_engine.workers import Workers

@@ -25,10 +25,7 @@ ARTIFACTS = {"optim_world_size_1_rank_0.pt", "extra_state_world_size_1_rank_0.pt
 def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
     """A finished two-step run of the tiny model with checkpoints at steps 1 and 2 (~5 s)."""
     from skyrl_core.config import load_config
-    from skyrl_core.runs import RunWriter
-    from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.trainer import RLTrainer
-    from skyrl_engine.workers import Workers
+    from skyrl_engine.build import build
 
     cfg = load_config("quickstart", [
         f"trainer.policy.model.path={tiny_model_dir}", f"run.run_root={tmp_path_factory.mktemp('runs')}",
@@ -39,12 +36,11 @@ def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
         "trainer.policy.optimizer_config.lr=1e-2",
         "trainer.algorithm.use_entropy_loss=true",  # a gradient even when every reward ties: the steps differ
     ])
-    train = load_prompts(cfg.data.train_data, "arithmetic")
-    workers = Workers.create(cfg, tiny_model_dir, cfg.total_steps(len(train)), in_process=True)
+    engine = build(cfg, model_path=tiny_model_dir, val_rows=[], in_process=True)
     try:
-        RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, []).train()
+        engine.train()
     finally:
-        workers.shutdown()
+        engine.shutdown()
     return cfg.run_dir
 
 

@@ -14,11 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from skyrl_core.config import load_config
-from skyrl_core.runs import RunReader, RunWriter
+from skyrl_core.runs import RunReader
 from skyrl_engine import lora
-from skyrl_engine.tasks import load_prompts
-from skyrl_engine.trainer import RLTrainer
-from skyrl_engine.workers import Workers
+from skyrl_engine.build import build
 
 RANK = 4
 STEPS = 3
@@ -37,10 +35,10 @@ def _cfg(root: Path, model_dir: str, run_id: str, *extra: str):
 
 
 def _train(cfg, model_dir: str):
-    rows = load_prompts(cfg.data.train_data, "arithmetic")
-    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(rows)), in_process=True)
+    engine = build(cfg, model_path=model_dir, val_rows=[], in_process=True)
+    workers = engine.workers
     try:
-        RLTrainer(cfg, RunWriter(cfg.run_dir), workers, rows, []).train()
+        engine.train()
         sampler = {k: v.clone() for k, v in workers.generator.worker.backend.model.state_dict().items()}
     finally:
         workers.shutdown()

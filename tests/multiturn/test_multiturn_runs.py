@@ -7,20 +7,17 @@ import json
 import pytest
 
 from skyrl_core.config import load_config
-from skyrl_core.runs import RunReader, RunWriter
+from skyrl_core.runs import RunReader
+from skyrl_engine.build import build
 from skyrl_engine.multiturn import MultiTurnLoop
 from skyrl_engine.tasks import load_prompts, write_rows
-from skyrl_engine.trainer import RLTrainer
-from skyrl_engine.workers import Workers
 
 
 def _run(cfg, model_dir, env_configs):
-    train = load_prompts(cfg.data.train_data, cfg.environment.env_class)
-    val = load_prompts(cfg.data.val_data, cfg.environment.env_class) if cfg.data.val_data else []
-    workers = Workers.create(cfg, model_dir, cfg.total_steps(len(train)), in_process=True, env_configs=env_configs)
-    loop = workers.generator.worker.loop
+    engine = build(cfg, model_path=model_dir, in_process=True, env_configs=env_configs)
+    loop = engine.workers.generator.worker.loop
     assert isinstance(loop, MultiTurnLoop) and loop.env_configs == env_configs
-    RLTrainer(cfg, RunWriter(cfg.run_dir), workers, train, val).train()
+    engine.train()
     return RunReader(cfg.run_dir)
 
 
