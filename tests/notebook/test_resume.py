@@ -150,7 +150,7 @@ def test_resume_is_refused_before_submitting_and_a_new_run_is_offered(
     from skyrl_nb.dashboard import Dashboard
 
     runs = tmp_path / "runs"
-    common = ["trainer.max_training_steps=12", f"run.run_root={runs}"]
+    common = ["trainer.max_training_steps=60", f"run.run_root={runs}"]  # stopped long before the end
     env = {"FAKE_ENGINE_STEP_S": "0.3"}
     job = ray_cluster.launch("quickstart", overrides=common, run_id="nock",
                              runtime_env={"env_vars": {**env, "FAKE_ENGINE_CKPT_INTERVAL": "0"}})
@@ -202,9 +202,13 @@ def test_resume_is_refused_before_submitting_and_a_new_run_is_offered(
 
     # New run: the same config under a new run id, followed by the dashboard; the old run untouched
     header._handle_message(header, {"action": "new_run"}, [])
-    assert dash.job.run_id == "nock-new" and dash.reader.run_id == "nock-new"
-    assert dash.job.wait(timeout=90) == "succeeded", dash.job.logs(tail=20)
-    assert [r["step"] for r in dash.job.run.metrics()] == list(range(1, 13))
+    new = dash.job
+    assert new.run_id == "nock-new" and dash.reader.run_id == "nock-new" and new.run_dir == str(runs / "nock-new")
+    _wait_for(lambda: len(new.run.metrics()) >= 2, 90, "2 steps of the new run")
+    new.stop()
+    assert new.wait(timeout=60) == "stopped"
+    assert [r["step"] for r in new.run.metrics()][:2] == [1, 2]  # from step 0, in its own folder
+    assert new.submitted_config()["trainer"]["resume_mode"] == "none"
     assert _files(run) == before
 
     # a failure a resume would repeat (an exception in the run's code): no Resume, and resume() says why
