@@ -48,10 +48,11 @@ REWARD_POINTS = f"{REWARD_CHART} g.sk-line[data-name='reward mean'] circle.sk-po
 # the dashboard's header (a Job's display is the same header, compact: no charts)
 HEADER = ".skyrl-run-header:not(.sk-compact)"
 # what the added cell runs once the quickstart is done: a long job, shown by its (live) Job display, whose
-# buttons stop, resume and stop it again
+# buttons stop, resume and stop it again. It saves a checkpoint every 20 steps: a run with steps and no
+# checkpoint offers a new run instead of Resume (a resume would start over and overwrite its history)
 STOP_CELLS = [
     f"stop_job = cluster.launch(preset, overrides=['trainer.max_training_steps=2000', f'run.run_root={{run_root}}',\n"
-    f"    'trainer.eval_before_train=false', 'trainer.eval_interval=0', 'trainer.ckpt_interval=0'], run_id={STOP_RUN_ID!r})\n"
+    f"    'trainer.eval_before_train=false', 'trainer.eval_interval=0', 'trainer.ckpt_interval=20'], run_id={STOP_RUN_ID!r})\n"
     "stop_job",
 ]
 # the stop job's header, found by its run id, for scripts run in the page
@@ -267,6 +268,11 @@ def test_quickstart_live_dashboard_click_opens_step_with_heatmap(lab, page, arti
     stop_header.scroll_into_view_if_needed()
     stop_state = f"() => {STOP_HEADER_JS}?.querySelector('.sk-chip')?.textContent === "
     page.wait_for_function(stop_state + "'running'", timeout=120_000)
+    latest = lab.root_dir / "runs" / STOP_RUN_ID / "checkpoints" / "latest_ckpt_global_step.txt"
+    deadline = time.monotonic() + 120
+    while not latest.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert latest.exists(), f"{STOP_RUN_ID} saved no checkpoint in 120 s: {_status(lab, STOP_RUN_ID)}"
     stop_header.locator(".sk-action-stop").click()
     timings["stop_s"] = _wait_status(lab, STOP_RUN_ID, "stopped", 10.0)
     page.wait_for_function(stop_state + "'stopped'", timeout=15_000)
