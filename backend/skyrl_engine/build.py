@@ -14,7 +14,6 @@ the pieces themselves (``Workers``, ``RLTrainer``, ``PipelinedTrainer``) put the
 from __future__ import annotations
 
 import html
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from skyrl_core.choices import Stage
 from skyrl_core.config import JobConfig
 from skyrl_core.runs import RunWriter
 from skyrl_engine.async_pipeline import PipelinedTrainer, staleness_bound
-from skyrl_engine.models import model_build_note, resolve_model_path
+from skyrl_engine.models import keep_tokenizer, model_build_note, resolve_model_path
 from skyrl_engine.policy import set_torch_threads
 from skyrl_engine.tasks import load_prompts
 from skyrl_engine.trainer import RLTrainer
@@ -117,10 +116,3 @@ def make_trainer(cfg: JobConfig, writer: RunWriter, workers: Workers, train_rows
     bound = staleness_bound(cfg)
     return PipelinedTrainer(trainer, bound) if bound else trainer
 
-
-def keep_tokenizer(model_path: str, writer: RunWriter) -> None:
-    """Copy the model's ``tokenizer.json`` into ``<run_dir>/tokenizer/``: the inspector decodes tokens with it."""
-    source = os.path.join(model_path, "tokenizer.json")
-    if os.path.isfile(source):
-        with open(source, "rb") as f:
-            writer.put_file("tokenizer/tokenizer.json", f.read())

@@ -308,3 +308,11 @@ def resolve_model_path(path: str, train_rows: list[PromptRow] | None, seed: int)
 def param_count(model: Any) -> int:
     """Number of parameters (for logs)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def keep_tokenizer(model_path: str, writer: Any) -> None:
+    """Copy the model's ``tokenizer.json`` into ``<run_dir>/tokenizer/``: the inspector decodes tokens with it."""
+    source = os.path.join(model_path, "tokenizer.json")
+    if os.path.isfile(source):
+        with open(source, "rb") as f:
+            writer.put_file("tokenizer/tokenizer.json", f.read())

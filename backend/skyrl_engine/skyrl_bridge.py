@@ -37,9 +37,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyrl_engine.__main__ import _keep_tokenizer
 from skyrl_engine.cache import cache_root
-from skyrl_engine.models import resolve_model_path
+from skyrl_engine.models import keep_tokenizer, resolve_model_path
 from skyrl_engine.tasks import BUILTIN_PREFIX, env_configs_from_environ, load_prompts, read_rows, write_rows
 from skyrl_engine.text2sql_data import builtin_db_root
 
@@ -460,7 +459,7 @@ def _describe_run(tracker: RunStoreTracker, cfg: Any) -> None:
     import dataclasses
 
 
-    _keep_tokenizer(cfg.trainer.policy.model.path, tracker.writer)
+    keep_tokenizer(cfg.trainer.policy.model.path, tracker.writer)
     if not tracker.writer.store.exists("config.yaml"):
         tracker.writer.write_config(json.loads(json.dumps(dataclasses.asdict(cfg), default=str)))
 
