@@ -54,7 +54,7 @@ def skyrl_run(work: str, model_seed: int, seed: int, steps: int, grpo_epsilon: f
     from skyrl_engine import algorithms
 
     if grpo_epsilon is not None:
-        algorithms.GRPO_EPSILON = grpo_epsilon
+        algorithms.advantages.GRPO_EPSILON = grpo_epsilon
     trainer, model_dir = skyrl_trainer(SETUP, steps, 1, seed, os.path.join(work, "skyrl"), model_dir_for(SETUP, model_seed))
     n = SETUP["group"]
     steps_seen: list[dict] = []
