@@ -86,6 +86,12 @@ class ConfigError(ValueError):
 INT_BITS = 64
 MAX_PROBLEM_CHARS = 300
 """A problem line is at most this long; values in it are shown abbreviated (``registry.shown``)."""
+MAX_CONFIG_BYTES = 1 << 20
+"""A YAML config (file, text or one override's value) is at most this long: a real one is a few KiB, and
+parsing megabytes holds validation for many seconds."""
+MAX_CONFIG_DEPTH = 32
+"""Mappings and lists in a config nest at most this deep (the schema needs 6): deeper ones are refused before
+anything walks them, so no input reaches Python's recursion limit."""
 
 
 class _Section(BaseModel):
@@ -97,12 +103,18 @@ class _Section(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_for_number(cls, value: Any, info: ValidationInfo) -> Any:
-        """Booleans are not numbers and numbers are not booleans (pydantic's lax mode takes both)."""
+        """Booleans are not numbers and numbers are not booleans (pydantic's lax mode takes both); bytes are
+        neither text nor numbers (lax mode reads ``b"3"`` as 3)."""
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(v, (bytes, bytearray, memoryview)) for v in items):
+            raise PydanticCustomError("bytes_type", "Input should be text or a number, not bytes")
         kind = _scalar_kind(cls, info.field_name)
+        if kind is int and isinstance(value, str) and len(value) > 40 and value.strip().lstrip("+-").isdigit():
+            # pydantic words it "exceeded maximum size" past 4300 digits: say what is allowed instead
+            raise PydanticCustomError("int_too_big", f"Input should be at most 2**63-1 (it must fit in {INT_BITS} bits)")
         if kind is bool and value is not None and not isinstance(value, bool):
             raise PydanticCustomError("bool_type", "Input should be true or false")
         if kind in (int, float):
-            items = value if isinstance(value, list) else [value]
             if any(isinstance(v, bool) for v in items):
                 raise PydanticCustomError("bool_not_number", "Input should be a number, not true or false")
         return value
@@ -419,7 +431,7 @@ class JobConfig(_Section):
 
     @classmethod
     def from_yaml_text(cls, text: str) -> JobConfig:
-        return load_config(_parse_yaml_mapping(text, "<yaml>"))
+        return load_config(parse_yaml_mapping(text, "<yaml>"))
 
     def with_overrides(self, overrides: list[str] | dict[str, Any]) -> JobConfig:
         """A new validated config with ``key=value`` overrides (or a dotted dict) applied."""
@@ -683,7 +695,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key:
-        raise ConfigError([f"{text!r}: the key before '=' is empty"])
+        raise ConfigError([f"{shown(text)}: the key before '=' is empty"])
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{key[:100]}: a value of {_size(len(raw))} is not allowed; one override's value is at "
+                           f"most {_size(MAX_CONFIG_BYTES)}"])
     value, problem = _safe_yaml(raw) if raw.strip() else ("", None)
     return key, raw if problem else value
 
@@ -753,7 +768,10 @@ def _read_source(source: Any, problems: list[str]) -> tuple[dict[str, Any], bool
     if isinstance(source, JobConfig):
         return source.to_dict(), True
     if isinstance(source, dict):
-        return copy.deepcopy(source), True
+        if _too_deep(source):
+            problems.append(f"config: the dict nests deeper than {MAX_CONFIG_DEPTH} levels; a config needs 6")
+            return {}, False
+        return _plain_copy(source), True  # validation never changes its input
     try:
         text = os.fspath(source)
     except TypeError:
@@ -764,7 +782,7 @@ def _read_source(source: Any, problems: list[str]) -> tuple[dict[str, Any], bool
     if text in PRESETS:
         return copy.deepcopy(PRESETS[text]), True
     try:
-        if text.endswith((".yaml", ".yml")) or os.path.sep in text or os.path.exists(text):
+        if text.endswith((".yaml", ".yml")) or os.path.sep in text or os.path.lexists(text):
             return _read_yaml_file(text), True
     except ConfigError as err:
         problems.extend(err.problems)
@@ -774,22 +792,65 @@ def _read_source(source: Any, problems: list[str]) -> tuple[dict[str, Any], bool
     return {}, False
 
 
-def _read_yaml_file(text: str) -> dict[str, Any]:
-    path = Path(os.path.expanduser(text))
-    if path.is_dir():
-        raise ConfigError([f"config: {shown(text)} is a folder, not a YAML file"])
-    if not path.is_file():
-        raise ConfigError([f"config: file {shown(text)} does not exist"])
+def _file_kind_problem(path: str, shown_as: str, what: str) -> str | None:
+    """Why ``path`` is not a regular file to read (``what``: "a YAML file", ...), or None when it is one.
+
+    Judged by ``stat`` alone, so a FIFO, a device such as ``/dev/zero`` or a symlink loop is named, never
+    opened: reading one would hang or never end.
+    """
+    import errno
+    import stat
+
+    if "\x00" in path:
+        return f"{shown_as} is not a file name (it holds a NUL byte); give {what}"
     try:
-        data = path.read_bytes()
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return f"{shown_as} is a symlink loop, not {what}"
+        if err.errno == errno.ENOENT:
+            return f"file {shown_as} does not exist" if not os.path.islink(path) else \
+                f"{shown_as} is a symlink to nothing (its target does not exist), not {what}"
+        if err.errno == errno.ENAMETOOLONG:
+            return f"{shown_as} is too long for a file name; give {what}"
+        return f"file {shown_as} cannot be read ({err.strerror or err})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return f"{shown_as} is a folder, not {what}"
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
+    return f"{shown_as} is {kind}, not a regular file; give {what}"
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a person: ``512 B``, ``3.0 KiB``, ``60.0 MiB``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _read_yaml_file(text: str) -> dict[str, Any]:
+    path = os.path.expanduser(text)
+    problem = _file_kind_problem(path, shown(text), "a YAML file")
+    if problem:
+        raise ConfigError([f"config: {problem}"])
+    try:
+        with open(path, "rb") as f:  # at most one byte past the limit, even if the file grows meanwhile
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
         raise ConfigError([f"config: file {shown(text)} cannot be read ({err.strerror or err})"]) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        size = os.path.getsize(path)
+        raise ConfigError([f"config: file {shown(text)} is {_size(size)}; a config file is at most "
+                           f"{_size(MAX_CONFIG_BYTES)} (a real one is a few KiB)"])
     try:
         decoded = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError([f"config: file {shown(text)} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
                            f"{err.start}); save it as UTF-8 YAML"]) from None
-    return _parse_yaml_mapping(decoded, shown(text))
+    return parse_yaml_mapping(decoded, shown(text))
 
 
 # libyaml's parser when there is one: the same safe loading, and pure-Python PyYAML takes time quadratic in
@@ -798,23 +859,79 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _safe_yaml(text: str) -> tuple[Any, str | None]:
-    """``(value, None)``, or ``(None, why)`` when ``text`` is not YAML this process can hold."""
+    """``(value, None)``, or ``(None, why)`` when ``text`` is not YAML this process can hold: longer than
+    :data:`MAX_CONFIG_BYTES`, not YAML, nested deeper than :data:`MAX_CONFIG_DEPTH`, or a number Python will
+    not read (more than 4300 digits)."""
+    if len(text) > MAX_CONFIG_BYTES:
+        return None, f"is {_size(len(text))} long; a config is at most {_size(MAX_CONFIG_BYTES)}"
+    too_deep = f"nests deeper than {MAX_CONFIG_DEPTH} levels (a config needs 6)"
     try:
-        return yaml.load(text, Loader=_YAML_LOADER), None  # noqa: S506 - a safe loader
+        value = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as err:
+        if "nesting depth" in str(getattr(err, "problem", "")):  # libyaml's own limit
+            return None, too_deep
         mark = getattr(err, "problem_mark", None)
         return None, "is not valid YAML" + (f" at line {mark.line + 1}" if mark is not None else "")
     except RecursionError:
-        return None, "nests too deeply"
+        return None, too_deep
     except (ValueError, OverflowError):  # e.g. an integer of more than 4300 digits
         return None, "holds a number too large to read"
+    return (None, too_deep) if _too_deep(value) else (value, None)
+
+
+def _plain_copy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """``value`` with every dict and list copied (shared ones once, as YAML aliases share them) and every other
+    value as it is: what validation may change is then its own, whatever the leaves are (a memoryview, which
+    ``copy.deepcopy`` refuses, is still named by its key's check). ``value`` nests at most
+    :data:`MAX_CONFIG_DEPTH` deep (``_too_deep`` was asked first)."""
+    memo = {} if memo is None else memo
+    if not isinstance(value, (dict, list)):
+        return value
+    if id(value) not in memo:
+        if isinstance(value, dict):
+            memo[id(value)] = out = {}
+            out.update((k, _plain_copy(v, memo)) for k, v in value.items())
+        else:
+            memo[id(value)] = out = []
+            out.extend(_plain_copy(v, memo) for v in value)
+    return memo[id(value)]
+
+
+def _too_deep(value: Any, limit: int = MAX_CONFIG_DEPTH) -> bool:
+    """Whether mappings and lists in ``value`` nest deeper than ``limit`` (walked without recursion, so a
+    cycle or a 100,000-deep list is answered, not followed; a container shared by YAML aliases is walked once
+    per depth, so an alias bomb is not expanded)."""
+    stack = [(value, 1)]
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        node, depth = stack.pop()
+        if (id(node), depth) in seen:
+            continue
+        seen.add((id(node), depth))
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, (list, tuple)):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _parse_overrides(overrides: Any, problems: list[str]) -> list[tuple[str, Any]]:
     if not overrides:
         return []
     if isinstance(overrides, dict):
-        return [(str(key), value) for key, value in overrides.items()]
+        pairs = []
+        for key, value in overrides.items():
+            if _too_deep(value):
+                problems.append(f"{str(key)[:100]}: the value nests deeper than {MAX_CONFIG_DEPTH} levels; a config "
+                                "needs 6")
+            else:  # a copy: validation drops bad keys from what it holds, never from the caller's dict
+                pairs.append((str(key), _plain_copy(value)))
+        return pairs
     if isinstance(overrides, str):
         overrides = [overrides]
     if not isinstance(overrides, (list, tuple)):
@@ -829,14 +946,21 @@ def _parse_overrides(overrides: Any, problems: list[str]) -> list[tuple[str, Any
     return pairs
 
 
-def _parse_yaml_mapping(text: str, where: str) -> dict[str, Any]:
+def parse_yaml_mapping(text: str, where: str = "<yaml>") -> dict[str, Any]:
+    """``text`` (a YAML config, a ``%%skyrl launch`` cell body) as a mapping; ConfigError with one ``config:``
+    line naming ``where`` when it is not YAML, not a mapping, too long or nested too deep.
+
+    >>> parse_yaml_mapping("trainer: {seed: 3}")
+    {'trainer': {'seed': 3}}
+    """
     data, problem = _safe_yaml(text)
     if problem:
         raise ConfigError([f"config: {where} {problem}"])
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError([f"config: {where} must be a mapping of sections, got {type(data).__name__}"])
+        raise ConfigError([f"config: {where} must be a YAML mapping of sections (trainer:, generator:, ...), got "
+                           f"{type(data).__name__}"])
     return data
 
 
@@ -937,13 +1061,31 @@ def _set_dotted(tree: dict[str, Any], key: str, value: Any, problems: list[str])
                 problems.append(f"{key}: is a section, set one of its keys instead "
                                 f"(e.g. {key}.{next(iter(sub.model_fields))}=...)")
                 return
-            node[part] = value
+            if sub is not None and isinstance(value, dict) and isinstance(node.get(part), dict):
+                _merge_section(node[part], value, sub)  # a mapping for a section sets the keys it names
+            else:
+                node[part] = value
             return
         child = node.get(part)
         if not isinstance(child, dict):
             child = {}
             node[part] = child
         node, model = child, sub
+
+
+def _merge_section(node: dict[str, Any], value: dict[str, Any], model: type[BaseModel]) -> None:
+    """Set in ``node`` (a section of ``model``) the keys ``value`` names, section by section; the others stay.
+
+    ``{"trainer": {"seed": 3}}`` as an override changes the seed, not the whole trainer section. A key the
+    section does not have is set as it is, so the unknown-key check names it.
+    """
+    for name, item in value.items():
+        field = model.model_fields.get(name)
+        sub = None if field is None else (_section_type(field.annotation) or _optional_section_type(field.annotation))
+        if sub is not None and isinstance(item, dict) and isinstance(node.get(name), dict):
+            _merge_section(node[name], item, sub)
+        else:
+            node[name] = item
 
 
 def _drop_dotted(tree: dict[str, Any], key: str) -> None:
@@ -1124,6 +1266,10 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozens
         (("trainer.algorithm.off_policy_correction",), lambda: _off_policy_checks(a.off_policy_correction)),
         (("data.train_data",),
          lambda: [] if cfg.data.train_data else ["data.train_data: [] is empty; give at least one Parquet/JSONL file"]),
+        (("trainer.async_one_step", "trainer.fully_async.enabled"),
+         lambda: ["trainer.fully_async.enabled: true is not allowed together with trainer.async_one_step=true (two "
+                  "schedules at once); allowed: one of them (fully async with max_staleness_steps=1 is one-step)"]
+         if t.async_one_step and t.fully_async.enabled else []),
         (("trainer.async_one_step", "trainer.fully_async.enabled", "trainer.placement.colocate_all"),
          lambda: _async_placement_problems(cfg)),
         (("trainer.placement", "trainer.policy_mini_batch_size", "trainer.critic_mini_batch_size",
@@ -1153,7 +1299,73 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozens
         if _reads_bad(keys, skip) or (only is not None and not all(_reads_bad((k,), only) for k in keys)):
             continue
         found.extend(check())
+    named = {line.split(":", 1)[0] for line in found}  # a key already named (an inverted band) is named once
+    for key, modes, needs, is_on in _MODE_KEYS:
+        keys = (key, *modes)
+        if key in named or _reads_bad(keys, skip) or (only is not None and not all(_reads_bad((k,), only) for k in keys)):
+            continue
+        found.extend(_orphan_problem(cfg, key, needs, is_on))
     return found
+
+
+_OPC = "trainer.algorithm.off_policy_correction"
+_ALGO = "trainer.algorithm"
+_Rule = tuple[str, tuple[str, ...], str, Callable[[Callable[[str], Any]], bool]]
+_MODE_KEYS: tuple[_Rule, ...] = (
+    (f"{_OPC}.token_tis_ratio_clip_high", (f"{_OPC}.tis_ratio_type",), f"{_OPC}.tis_ratio_type=token",
+     lambda get: get(f"{_OPC}.tis_ratio_type") == "token"),
+    (f"{_OPC}.sequence_tis_ratio_clip_high", (f"{_OPC}.tis_ratio_type",), f"{_OPC}.tis_ratio_type=sequence",
+     lambda get: get(f"{_OPC}.tis_ratio_type") == "sequence"),
+    *((f"{_OPC}.{band}_mask_{end}", (f"{_OPC}.sequence_mask_metric",), f"{_OPC}.sequence_mask_metric={metric}",
+       lambda get, metric=metric: get(f"{_OPC}.sequence_mask_metric") == metric)
+      for band, metric in (("geo", "geometric"), ("product", "product")) for end in ("low", "high")),
+    *((f"{_OPC}.token_mask_is_threshold_{end}", (f"{_OPC}.token_mask_is_threshold_{other}",),
+       f"{_OPC}.token_mask_is_threshold_{other} is set too (the token mask needs both ends)",
+       lambda get, other=other: get(f"{_OPC}.token_mask_is_threshold_{other}") is not None)
+      for end, other in (("low", "high"), ("high", "low"))),
+    (f"{_ALGO}.dynamic_sampling.max_sample_batches", (f"{_ALGO}.dynamic_sampling.type",),
+     f"{_ALGO}.dynamic_sampling.type is filter or replace", lambda get: get(f"{_ALGO}.dynamic_sampling.type") is not None),
+    (f"{_ALGO}.dynamic_sampling.min_replace_ratio", (f"{_ALGO}.dynamic_sampling.type",),
+     f"{_ALGO}.dynamic_sampling.type=replace", lambda get: get(f"{_ALGO}.dynamic_sampling.type") == "replace"),
+    (f"{_ALGO}.overlong_buffer.penalty_factor", (f"{_ALGO}.overlong_buffer.len",), f"{_ALGO}.overlong_buffer.len > 0",
+     lambda get: get(f"{_ALGO}.overlong_buffer.len") > 0),
+    *((f"{_ALGO}.{name}", (f"{_ALGO}.use_kl_loss", f"{_ALGO}.use_kl_in_reward"),
+       f"{_ALGO}.use_kl_loss=true or use_kl_in_reward=true",
+       lambda get: get(f"{_ALGO}.use_kl_loss") or get(f"{_ALGO}.use_kl_in_reward"))
+      for name in ("kl_loss_coef", "kl_estimator_type")),
+    *((f"{_ALGO}.kl_ctrl.{name}", (f"{_ALGO}.use_kl_in_reward",), f"{_ALGO}.use_kl_in_reward=true",
+       lambda get: get(f"{_ALGO}.use_kl_in_reward")) for name in ("type", "kl_target", "horizon")),
+    (f"{_ALGO}.entropy_loss_coef", (f"{_ALGO}.use_entropy_loss",), f"{_ALGO}.use_entropy_loss=true",
+     lambda get: get(f"{_ALGO}.use_entropy_loss")),
+    ("trainer.fully_async.max_staleness_steps", ("trainer.fully_async.enabled",), "trainer.fully_async.enabled=true",
+     lambda get: get("trainer.fully_async.enabled")),
+    *((f"trainer.{role}.model.lora.{name}", (f"trainer.{role}.model.lora.rank",), f"trainer.{role}.model.lora.rank > 0",
+       lambda get, role=role: get(f"trainer.{role}.model.lora.rank") > 0)
+      for role in ("policy", "critic") for name in ("alpha", "dropout", "target_modules", "exclude_modules",
+                                                    "init_method")),
+    *((f"trainer.{role}.optimizer_config.num_warmup_steps", (f"trainer.{role}.optimizer_config.scheduler",),
+       f"trainer.{role}.optimizer_config.scheduler is not constant",
+       lambda get, role=role: get(f"trainer.{role}.optimizer_config.scheduler") != Scheduler.CONSTANT)
+      for role in ("policy", "critic")),
+)
+"""Keys that one mode alone reads: ``(key, the keys that switch the mode, the mode in words, whether it is
+on)``. Set away from its default while its mode is off, such a key would be silently ignored, so it is refused
+(``_orphan_problem``). Keys a plug-in may read (an estimator's ``gamma``, a loss's ``clip_ratio_c``) are not
+here: only the engine's own modes are known."""
+
+
+def _orphan_problem(cfg: JobConfig, key: str, needs: str, is_on: Callable[[Callable[[str], Any]], bool]) -> list[str]:
+    """One line when ``key`` differs from its default while the mode that reads it (``needs``) is off."""
+    if is_on(cfg.get):
+        return []
+    *section, leaf = key.split(".")
+    owner: Any = cfg.get(".".join(section))
+    default = type(owner).model_fields[leaf].get_default(call_default_factory=True)
+    value = getattr(owner, leaf)
+    if value == default:
+        return []
+    said = "null" if default is None else shown(default)
+    return [f"{key}: {shown(value)} is ignored unless {needs}; set that, or leave {leaf} at its default {said}"]
 
 
 def _skyrl_engine_problems(cfg: JobConfig) -> list[str]:
@@ -1336,8 +1548,10 @@ def _data_file_problems(key: str, items: list[str], check_files: bool) -> list[s
         path = _local_path(item)
         if not check_files:
             continue
-        if path is None or not path.is_file():
-            found.append(f"data.{key}: file {shown(item)} does not exist")
+        # a folder, a FIFO, a symlink loop: named as what it is (never opened), not "does not exist"
+        problem = _file_kind_problem(item if path is None else str(path), shown(item), "a .parquet/.jsonl/.json file")
+        if problem or path is None:
+            found.append(f"data.{key}: {problem}")
         elif path.suffix not in (".parquet", ".jsonl", ".json"):
             found.append(f"data.{key}: {shown(item)} has suffix {path.suffix!r}; allowed: .parquet, .jsonl, .json")
         else:  # the first rows, read where the data is, in the shape the engine's loader needs

@@ -18,11 +18,11 @@ before anything is submitted; looking a run up (`status`, `logs`, `stop`, ...) n
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
-import yaml
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 from traitlets import Bool, Integer, Unicode
@@ -43,6 +43,11 @@ COMMAND_HELP = {
               "directory at PATH (a new directory or s3://bucket/prefix)",
 }
 COMMANDS = tuple(COMMAND_HELP)
+MAX_LINE_CHARS = 1 << 20
+"""A `%skyrl` line (or `%%skyrl` cell body) is at most this long, as a YAML config file is."""
+MAX_EXPAND_CHARS = 4096
+"""A line with ``$name`` or ``{expr}`` in it is expanded (as IPython does) up to this length: IPython's
+expansion takes time quadratic in the line's length (a 64 KiB line: a minute)."""
 _NEEDS_RUN = ("logs", "stop", "resume", "dashboard", "inspect")
 _HELP_FLAGS = ("-h", "--help")
 
@@ -86,6 +91,7 @@ class SkyrlMagics(Magics):
     # -- the magic --------------------------------------------------------------------------------
 
     @line_cell_magic
+    @no_var_expand  # done in `_expand`, after an absurd line is refused
     @magic_arguments()
     @argument("command", help=f"one of: {', '.join(COMMANDS)}")
     @argument("args", nargs="*", help="launch: key=value overrides; export: the run id and the path; other "
@@ -104,6 +110,11 @@ class SkyrlMagics(Magics):
         """Launch and follow skyrl-nb training jobs; `%skyrl?` lists the commands."""
         if not line.strip():
             raise UsageError(f"%skyrl needs a command: {', '.join(COMMANDS)} (%skyrl -h explains them)")
+        for what, text in (("line", line), ("cell body", cell or "")):
+            if len(text) > MAX_LINE_CHARS:
+                raise UsageError(f"%skyrl: the {what} is {len(text):,} characters long; at most {MAX_LINE_CHARS:,} "
+                                 "(put a large config in a YAML file: --preset FILE)")
+        line = self._expand(line)
         try:
             words = arg_split(line, posix=True)
         except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
@@ -119,6 +130,29 @@ class SkyrlMagics(Magics):
             raise UsageError("%skyrl: " + _one_line(str(err))) from None
         self._check_args(args, cell)
         return getattr(self, f"_{args.command}")(args, cell)
+
+    def _expand(self, line: str) -> str:
+        """The line with IPython's ``$name`` / ``{expr}`` expansion from the calling cell's namespace, as a magic
+        that does not opt out gets it; a line without ``$`` or ``{`` has nothing to expand and stays as it is."""
+        if "$" not in line and "{" not in line:
+            return line
+        if len(line) > MAX_EXPAND_CHARS:
+            raise UsageError(f"%skyrl: the line is {len(line):,} characters long with $ or {{ in it; variables are "
+                             f"expanded in lines of at most {MAX_EXPAND_CHARS:,}")
+        from IPython.utils.text import DollarFormatter
+
+        # the user's frame: the caller of run_line_magic (run_cell_magic: one further up), as IPython counts it
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_name not in ("run_line_magic", "run_cell_magic"):
+            frame = frame.f_back
+        ns = dict(self.shell.user_ns)
+        if frame is not None:
+            user = frame.f_back if frame.f_code.co_name == "run_line_magic" else getattr(frame.f_back, "f_back", None)
+            ns.update(user.f_locals if user is not None else {})
+        try:
+            return DollarFormatter().vformat(line, args=[], kwargs=ns)
+        except Exception:  # noqa: BLE001 - as IPython: a line it cannot format stays as it is
+            return line
 
     def _help(self) -> str:
         """The usage line, the commands and the options."""
@@ -170,20 +204,16 @@ class SkyrlMagics(Magics):
     # -- commands ---------------------------------------------------------------------------------
 
     def _launch(self, args: Any, cell: str | None) -> Any:
-        from skyrl_core.config import ConfigError
+        from skyrl_core.config import ConfigError, parse_override, parse_yaml_mapping
         from skyrl_nb.cluster.base import prepare_config
 
         overrides: dict[str, Any] = {"run.run_root": os.path.expanduser(self.run_root)}
         if cell is not None and cell.strip():
-            try:
-                body = yaml.safe_load(cell)
-            except yaml.YAMLError as err:
-                mark = getattr(err, "problem_mark", None)
-                where = f" at line {mark.line + 1}" if mark is not None else ""
-                raise UsageError(f"%%skyrl launch: the cell body is not valid YAML{where}") from None
-            if body is not None and not isinstance(body, dict):
-                raise UsageError(f"%%skyrl launch: the cell body must be a YAML mapping of keys, got {type(body).__name__}")
-            overrides.update(_flatten_yaml(body or {}))
+            try:  # the config's own YAML reading: too long, too deep or not YAML is one line
+                body = parse_yaml_mapping(cell, "the cell body")
+            except ConfigError as err:
+                raise UsageError(f"%%skyrl launch: {_one_line(err.problems).removeprefix('config: ')}") from None
+            overrides.update(_flatten_yaml(body))
         for item in args.args:
             if "=" not in item:
                 raise UsageError(f"%skyrl launch: {item!r} is not key=value (e.g. trainer.seed=3)")
@@ -193,25 +223,31 @@ class SkyrlMagics(Magics):
             if not raw.strip():
                 raise UsageError(f"%skyrl launch: {item!r} has no value after '='; give one ({key.strip()}=null "
                                  "clears an optional key)")
-            try:
-                value = yaml.safe_load(raw)
-            except yaml.YAMLError:
-                value = raw
-            overrides[key.strip()] = value
+            try:  # the config's own override parsing: an absurd value is one line, not a traceback
+                key, value = parse_override(item)
+            except ConfigError as err:
+                raise UsageError(f"%skyrl launch: {_one_line(err.problems)}") from None
+            overrides[key] = value
         if args.engine:
             overrides["run.engine"] = args.engine
         preset = args.preset or self.preset
+        # a cluster named by a notebook variable is only looked up; the local one is started later, after
+        # everything that needs no cluster was checked
+        name = args.cluster or self.cluster
+        named = self._cluster(name) if name and not args.dry_run else None
+        # the files the config names are judged where the job reads them: the local cluster is this machine, so
+        # here and now (a missing data file never starts a Ray head); a cluster elsewhere checks them in
+        # cluster.launch (with a probe job)
+        check_here = not args.dry_run and (named is None or named.runs_here)
         try:
-            # everything but the files it names, before any cluster is asked: those are judged where the
-            # job reads them (cluster.launch: here on this machine, by a probe job on a cluster elsewhere)
-            cfg = prepare_config(preset, overrides=overrides, run_id=args.run_id, check_files=False)
+            cfg = prepare_config(preset, overrides=overrides, run_id=args.run_id, check_files=check_here)
         except ConfigError as err:
             raise UsageError(_one_line(err.problems)) from None
         except (ValueError, TypeError, OSError) as err:  # validation is all that ran: nothing was written
             raise UsageError(f"%skyrl launch: {_one_line(f'{type(err).__name__}: {err}')}") from None
         if args.dry_run:
             return self._dry_run(cfg, args)
-        cluster = self._cluster(args.cluster)
+        cluster = named if named is not None else self._cluster(None)
         try:
             if cfg.run.engine == "skyrl":  # SkyRL's trainer must import there: one line now, not a failed job
                 from skyrl_nb.cluster.skyrl_check import check_skyrl
@@ -445,11 +481,33 @@ class SkyrlMagics(Magics):
                              "(`%skyrl list` shows the runs on disk)")
         return None
 
-    def _open_run(self, run: str) -> Any:
-        from skyrl_core.runs import open_run
+    def _run_path(self, run: str) -> str:
+        """Where the run named RUN lives: a URL or an absolute (or ``~``) path as given; anything else is a run
+        under `run_root`, and may not lead out of it through ``..`` or a symlink (`UsageError` naming the root)."""
+        import posixpath
+
         from skyrl_core.store import is_url, join
 
-        path = run if is_url(run) or os.path.isabs(os.path.expanduser(run)) else join(self.run_root, run)
+        if is_url(run) or os.path.isabs(os.path.expanduser(run)):
+            return run
+        root = os.path.expanduser(self.run_root)
+        if is_url(root):
+            norm = posixpath.normpath(run.replace("\\", "/"))
+            inside = norm != ".." and not norm.startswith("../")
+        else:
+            real_root = os.path.realpath(root)
+            real = os.path.realpath(os.path.join(root, run))
+            inside = real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+        if not inside:
+            how = "'..'" if ".." in run.replace("\\", "/").split("/") else "a symlink"
+            raise UsageError(f"%skyrl: run {run!r} leads outside the run root {self.run_root} through {how}; give a "
+                             "run id under it, or an absolute path")
+        return join(self.run_root, run)
+
+    def _open_run(self, run: str) -> Any:
+        from skyrl_core.runs import open_run
+
+        path = self._run_path(run)
         try:
             return open_run(path)
         except FileNotFoundError:

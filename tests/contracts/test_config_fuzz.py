@@ -9,6 +9,7 @@ huge int, a boolean for a number, an empty string, a NUL byte, an emoji, an unkn
 from __future__ import annotations
 
 import enum
+import os
 import random
 import time
 import types
@@ -66,14 +67,15 @@ def _kind(key: str) -> str:
 
 BAD_BY_KIND = {
     "int": ["true", "false", "2.5", "abc", "18446744073709551616", "-99999999999999999999999", ".inf", ".nan",
-            "[1]", "{a: 1}", "''", "😀", '"a\\0b"', "1" * 5000],
-    "float": ["true", "false", "abc", ".inf", "-.inf", ".nan", "[1.0]", "{a: 1}", "''", "😀", "1.0e+400"],
+            "[1]", "{a: 1}", "''", "😀", '"a\\0b"', "1" * 5000, "!!binary Mw=="],
+    "float": ["true", "false", "abc", ".inf", "-.inf", ".nan", "[1.0]", "{a: 1}", "''", "😀", "1.0e+400",
+              "!!binary MC4x"],
     "bool": ["1", "0", "2.5", "abc", "''", "[true]", "😀", '"true"'],
     "enum": ["bogus", "5", "true", "''", "😀", "[a]", '"a\\0b"'],
-    "list": ["5", "abc", "[5]", "[[a]]", "{a: 1}", "true"],
+    "list": ["5", "abc", "[5]", "[[a]]", "{a: 1}", "true", "[!!binary YQ==]"],
     "floats": ["[0.9, 1.5]", "[.nan, .nan]", "[.inf, 0.9]", "[0.9]", "[true, 0.9]", "[-0.1, 0.9]", "abc",
                "[0.9, 0.999, 0.5]"],
-    "str": ["5", "true", "[a, b]", "{a: 1}", "2.5"],
+    "str": ["5", "true", "[a, b]", "{a: 1}", "2.5", "!!binary YQ=="],
     "str_or_list": ["5", "true", "{a: 1}", "2.5", "[5]", "[[a]]"],
     "section": ["5", "true", "abc", "[a]"],  # an optional section (fsdp_config.mixed_precision); a bad sub-key is its own key
     "dict": ["5", "abc", "[a]", "{a: 1}"],  # fsdp_config.wrap_policy: only {} is built
@@ -132,7 +134,13 @@ def _bad_sources(folder: Path) -> list[tuple[str, str]]:
     for name, data in files.items():
         (folder / name).write_bytes(data)
     (folder / "a_folder.yaml").mkdir(exist_ok=True)
-    return [(str(folder / name), "config") for name in files if name not in ("bomb.yaml", "bad_values.yaml")] + [
+    # not regular files: named by what they are, never opened (a FIFO blocks, /dev/zero never ends)
+    specials = [folder / "fifo.yaml", folder / "loop.yaml", folder / "big.yaml"]
+    if not specials[0].exists():
+        os.mkfifo(specials[0])
+        specials[1].symlink_to(specials[1])
+        specials[2].write_bytes(b"# padding\n" * 110_000)  # over the 1 MiB a config file may hold
+    return [(str(path), "config") for path in ("/dev/zero", *specials)] + [(str(folder / name), "config") for name in files if name not in ("bomb.yaml", "bad_values.yaml")] + [
         (str(folder / "bomb.yaml"), "a"), (str(folder / "bad_values.yaml"), "trainer.seed"),
         (str(folder / "a_folder.yaml"), "config"), (str(folder / "missing.yaml"), "config"),
         ("quikstart", "config"), (str(folder / "nul\x00.yaml"), "config"),

@@ -6,6 +6,7 @@ local cluster is made to fail loudly, so "nothing submitted" also means "no clus
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,21 @@ BAD: list[tuple[str, str, str | None, str]] = [
     ("--preset on a non-launch command", "stop some-run --preset quickstart", None, "only go with launch"),
     ("unknown run for logs", "logs no-such-run", None, "no job for run"),
     ("unknown run for dashboard", "dashboard no-such-run", None, "no run 'no-such-run'"),
+    # absurd sizes and depths (issue 33): were `ValueError: Exceeds the limit` and `RecursionError` tracebacks
+    ("a 5000-digit value", "launch --cluster spy trainer.seed=" + "1" * 5000, None, "at most 2**63-1"),
+    ("cell body nested 3000 deep", "launch --cluster spy", "trainer: " + "{a: " * 3000 + "1" + "}" * 3000,
+     "nests deeper than 32 levels"),
+    ("cell body list nested 3000 deep", "launch --cluster spy", "data:\n  train_data: " + "[" * 3000 + "]" * 3000,
+     "nests deeper than 32 levels"),
+    ("a line over 1 MiB", "launch --cluster spy data.train_data=" + "x" * (1 << 20), None, "characters long; at most"),
+    ("a cell body over 1 MiB", "launch --cluster spy", "# padding\n" * 110_000, "characters long; at most"),
+    # files are judged before a local head is started (`guarded` fails the test if one is)
+    ("missing data file, local cluster", "launch data.train_data=[/nope/train.parquet]", None, "does not exist"),
+    ("a folder as data, local cluster", "launch data.train_data=[/tmp]", None, "'/tmp' is a folder, not a"),
+    # run paths stay inside the run root unless absolute
+    *((f"{command} outside the run root", f"{command} ../outside/run{extra}", None,
+       "leads outside the run root") for command, extra in (("status", ""), ("dashboard", ""), ("inspect", ""),
+                                                             ("export", " /tmp/skyrl-h7-model"))),
 ]
 
 
@@ -118,3 +134,53 @@ def test_config_settings(shell: Any, tmp_path: Path) -> None:
     magics = shell.magics_manager.registry["SkyrlMagics"]
     assert magics.preset == "dapo" and magics.log_tail == 7
     shell.run_line_magic("config", "SkyrlMagics.preset = 'quickstart'")
+
+
+def test_a_launch_refused_for_its_files_starts_no_cluster(shell: Any, spy_cluster: Any, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local cluster's factory is a recorder: a config it cannot run never calls it; a good one does."""
+    import skyrl_nb.cluster.local as local_mod
+
+    started: list[dict[str, Any]] = []
+
+    def recording_local(**kwargs: Any) -> Any:
+        started.append(kwargs)
+        return spy_cluster
+
+    monkeypatch.setattr(local_mod, "local", recording_local)
+    (tmp_path / "data").mkdir()
+    for bad in ("data.train_data=[/nope/train.parquet]", f"data.val_data=[{tmp_path / 'data'}]",
+                "trainer.policy.model.path=/nope/model"):
+        with pytest.raises(UsageError):
+            shell.run_line_magic("skyrl", f"launch {bad}")
+    assert started == [] and spy_cluster.client.submitted == []
+    shell.user_ns["seed"] = 7  # IPython's $name expansion, which the magic now does itself (after the size check)
+    shell.run_line_magic("skyrl", "launch --run-id fine --no-dashboard trainer.seed=$seed")
+    assert len(started) == 1 and len(spy_cluster.client.submitted) == 1
+    assert "seed: 7" in spy_cluster.client.submitted[0]["runtime_env"]["env_vars"]["SKYRL_NB_CONFIG"]
+
+
+def test_run_paths_stay_inside_the_run_root(shell: Any, tmp_path: Path) -> None:
+    """A run outside the root, reached through '..' or a symlink inside it, is refused; by absolute path it opens."""
+    from skyrl_core.config import load_config
+    from skyrl_core.runs import RunWriter
+
+    outside = tmp_path / "outside" / "run"
+    writer = RunWriter(str(outside))
+    writer.write_config(load_config("quickstart"))
+    writer.set_status("succeeded", step=1, total_steps=1)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "link").symlink_to(outside)
+    (runs / "loop").symlink_to(runs / "loop")
+    for command in ("status", "dashboard", "inspect", "export"):
+        extra = " /tmp/skyrl-h7-model" if command == "export" else ""
+        for run, how in (("link", "a symlink"), ("../outside/run", "'..'"), ("sub/../../outside/run", "'..'")):
+            with pytest.raises(UsageError) as info:
+                shell.run_line_magic("skyrl", f"{command} {run}{extra}")
+            assert str(info.value) == (f"%skyrl: run {run!r} leads outside the run root {runs} through {how}; give "
+                                       "a run id under it, or an absolute path"), str(info.value)
+        with pytest.raises(UsageError, match="loop"):  # a loop inside the root: not a run, named (no traceback)
+            shell.run_line_magic("skyrl", f"{command} loop{extra}")
+    assert not os.path.exists("/tmp/skyrl-h7-model")
+    assert shell.run_line_magic("skyrl", f"status {outside}").run_id == "run"  # absolute: the user's choice
