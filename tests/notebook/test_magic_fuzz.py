@@ -72,6 +72,14 @@ def malformed_lines(seed: int = SEED, n: int = N_LINES) -> list[tuple[str, str, 
         "cell not YAML": lambda: ("launch", rng.choice(["trainer: [1, 2", "a: b: c", "\t- x", "{"])),
         "cell not a mapping": lambda: ("launch", rng.choice(["- a\n- b", "42", "just text"])),
         "unknown run": lambda: (f"{rng.choice(_LOOKUPS)} no-such-{_word(rng)}", None),
+        # absurd sizes and depths, and paths out of the run root (issue 33)
+        "huge number": lambda: (f"launch trainer.{rng.choice(['seed', 'train_batch_size', 'epochs'])}="
+                                + "9" * rng.randint(4301, 6000), None),
+        "deep cell body": lambda: ("launch", (lambda n: rng.choice(["trainer: " + "{a: " * n + "1" + "}" * n,
+                                                                    "data:\n  train_data: " + "[" * n + "]" * n]))(
+                                       rng.randint(40, 3000))),
+        "run outside the root": lambda: (f"{rng.choice(['status', 'dashboard', 'inspect'])} "
+                                         f"{rng.choice(['..', 'x/../..'])}/{_word(rng)}", None),
     }
     kinds = list(makers)
     out = [(kind, *makers[kind]()) for kind in kinds]  # every kind at least once
