@@ -23,7 +23,7 @@ from skyrl_engine.policy import prepare_worker
 from skyrl_engine.protocol import context_tokens, to_sample_batch
 from skyrl_engine.sampler import TorchSampler
 from skyrl_engine.tasks import EnvSettings, register_builtin_envs, score_response
-from skyrl_engine.types import GeneratorOutput, PromptRow, step_seed  # noqa: F401 - step_seed re-exported until trainer.py moves
+from skyrl_engine.types import GeneratorOutput, PromptRow
 
 if TYPE_CHECKING:
     from skyrl_core.config import GeneratorConfig, SamplingParams

@@ -34,7 +34,7 @@ from skyrl_engine.models import copy_tokenizer_files, load_model
 from skyrl_engine.ray_runtime import register_tensor_transport
 from skyrl_engine.sampler import distinct_rows, position_ids_from_mask
 from skyrl_engine.trainable import TrainableWorker, forward_no_grad, forward_rows, updates_per_step
-from skyrl_engine.types import TrainBatch  # noqa: F401 - re-exported until trainer.py moves
+from skyrl_engine.types import TrainBatch
 
 if TYPE_CHECKING:
 

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from skyrl_engine.text2sql_data import builtin_db_root, text2sql_rows
-from skyrl_engine.types import PromptRow  # noqa: F401 - re-exported: the loader's row type
+from skyrl_engine.types import PromptRow
 
 BUILTIN_PREFIX = "builtin://"
 ARITHMETIC_SPLITS = {"train": 4096, "test": 256}

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from skyrl_core.choices import Stage
 from skyrl_core.store import is_url
+from skyrl_engine import algorithms, checkpoint
+from skyrl_engine.critic import needs_critic
+from skyrl_engine.dapo import DynamicSampler
+from skyrl_engine.tasks import PromptLoader
+from skyrl_engine.types import GeneratorOutput, PromptRow, TrainBatch, step_seed
 
 if TYPE_CHECKING:
-    from skyrl_engine.generator import GeneratorOutput
-    from skyrl_engine.policy import TrainBatch
-    from skyrl_engine.tasks import PromptRow
     from skyrl_engine.workers import Workers
 
 HEARTBEAT_S = 5.0
@@ -58,8 +60,6 @@ def build_train_batch(out: GeneratorOutput, algo_cfg: Any, critic_values: Any = 
     import numpy as np
     import torch
 
-    from skyrl_engine import algorithms
-    from skyrl_engine.policy import TrainBatch
 
     s = out.samples
     mask_BT = s.response_mask_BT.float()
@@ -161,10 +161,6 @@ class RLTrainer:
     """The driver. ``RLTrainer(cfg, writer, workers, train_rows, val_rows, model_path).train()``."""
 
     def __init__(self, cfg: Any, writer: Any, workers: Workers, train_rows: list[PromptRow], val_rows: list[PromptRow]):
-        from skyrl_engine import checkpoint
-        from skyrl_engine.critic import needs_critic
-        from skyrl_engine.dapo import DynamicSampler
-        from skyrl_engine.tasks import PromptLoader
 
         t = cfg.trainer
         self.cfg = cfg
@@ -203,7 +199,6 @@ class RLTrainer:
     # -- resume ---------------------------------------------------------------------------------
     def _resume_dir(self) -> str | None:
         """The checkpoint ``resume_mode`` points at (a local directory or an object-store URL), or None."""
-        from skyrl_engine import checkpoint
 
         mode = self.cfg.trainer.resume_mode
         if mode == "latest":
@@ -235,7 +230,6 @@ class RLTrainer:
         """
         from skyrl_core.resume import attempt_from_env
         from skyrl_core.runs import RunReader
-        from skyrl_engine import checkpoint
 
         earlier = sum(1 for event in RunReader(self.writer.run_dir).events() if event.get("kind") == "resumed")
         ckpt_dir = self._resume_dir()
@@ -307,7 +301,6 @@ class RLTrainer:
 
     def evaluate(self, step: int) -> dict[str, float]:
         """Eval on the val rows with the eval sampling params (seeded by step)."""
-        from skyrl_engine.generator import step_seed
 
         t, g = self.cfg.trainer, self.cfg.generator
         return self.workers.evaluate(
@@ -332,7 +325,6 @@ class RLTrainer:
 
     def generate_step(self, step: int) -> GeneratorOutput:
         """Sample and score the batch of ``step`` with the generator's current weights."""
-        from skyrl_engine.generator import step_seed
 
         t, g = self.cfg.trainer, self.cfg.generator
         rows = self.loader.batch(step)
@@ -403,7 +395,6 @@ class RLTrainer:
         On an object store it is assembled in the staging folder of every node, then uploaded
         (``checkpoint.upload``), the latest file last.
         """
-        from skyrl_engine import checkpoint
 
         remote = is_url(self.ckpt_root)
         if remote:
