@@ -28,9 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig, SamplingParams
-    from skyrl_engine.generator import GeneratorOutput
-    from skyrl_engine.policy import TrainBatch
-    from skyrl_engine.tasks import PromptRow
+    from skyrl_engine.types import GeneratorOutput, PromptRow, TrainBatch
 
 __all__ = ["RankGroup", "Role", "Workers", "runs_in_job_process", "uses_vllm"]
 
