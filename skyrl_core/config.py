@@ -82,6 +82,7 @@ class ConfigError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
+_BYTES = (bytes, bytearray, memoryview)
 #: Every int key fits in 64 bits (torch and numpy take them as int64).
 INT_BITS = 64
 MAX_PROBLEM_CHARS = 300
@@ -105,8 +106,8 @@ class _Section(BaseModel):
     def _no_bool_for_number(cls, value: Any, info: ValidationInfo) -> Any:
         """Booleans are not numbers and numbers are not booleans (pydantic's lax mode takes both); bytes are
         neither text nor numbers (lax mode reads ``b"3"`` as 3)."""
-        items = value if isinstance(value, list) else [value]
-        if any(isinstance(v, (bytes, bytearray, memoryview)) for v in items):
+        items = value if isinstance(value, list) else (value,)
+        if isinstance(value, _BYTES) or (items is value and any(isinstance(v, _BYTES) for v in items)):
             raise PydanticCustomError("bytes_type", "Input should be text or a number, not bytes")
         kind = _scalar_kind(cls, info.field_name)
         if kind is int and isinstance(value, str) and len(value) > 40 and value.strip().lstrip("+-").isdigit():
@@ -1356,10 +1357,13 @@ here: only the engine's own modes are known."""
 
 def _orphan_problem(cfg: JobConfig, key: str, needs: str, is_on: Callable[[Callable[[str], Any]], bool]) -> list[str]:
     """One line when ``key`` differs from its default while the mode that reads it (``needs``) is off."""
-    if is_on(cfg.get):
+    def get(dotted: str) -> Any:  # the keys are the schema's own: no lookup checks needed
+        return functools.reduce(getattr, dotted.split("."), cfg)
+
+    if is_on(get):
         return []
     *section, leaf = key.split(".")
-    owner: Any = cfg.get(".".join(section))
+    owner: Any = get(".".join(section))
     default = type(owner).model_fields[leaf].get_default(call_default_factory=True)
     value = getattr(owner, leaf)
     if value == default:

@@ -317,5 +317,11 @@ def test_absurd_sizes_and_depths_are_one_line(tmp_path: Path) -> None:
     huge = tmp_path / "huge_int.yaml"
     huge.write_text(f"trainer:\n  seed: {digits}\n")
     assert _lines(source=str(huge)) == [f"config: {str(huge)!r} holds a number too large to read"]
+    from skyrl_core.config import ConfigError, load_config
+
+    for source in (str(deep), str(huge), nested):  # load_config, the Python API's door, says the same
+        with pytest.raises(ConfigError) as err:
+            load_config(source)
+        assert len(err.value.problems) == 1 and err.value.problems[0].startswith("config: ")
     (line,) = _lines("data.train_data=" + "x" * (2 << 20))
     assert line == "data.train_data: a value of 2.0 MiB is not allowed; one override's value is at most 1.0 MiB"
