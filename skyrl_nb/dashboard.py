@@ -38,6 +38,9 @@ from skyrl_nb.jobs import LOST
 
 __all__ = ["Dashboard", "RunSeries", "dashboard", "job_display", "open_inspector", "widget_frontend"]
 
+# states after which a run may continue (Resume), or says why it cannot (the header's note, New run)
+RESUMABLE_STATES = (RunState.STOPPED, RunState.FAILED, LOST)
+
 _PASS_RE = re.compile(r"^reward/avg_pass_at_(\d+)$")
 
 
@@ -369,7 +372,7 @@ class Dashboard:
     def note(self) -> str:
         """What the header says beside the state: ``resumed from step 30 (attempt 1)`` after a resume, or,
         once the job ended, why it cannot be resumed (`Job.resume_problem`)."""
-        if self.finished and self.job is not None:
+        if self.finished and self.job is not None and self.state in RESUMABLE_STATES:
             problem = self._resume_problem()
             if problem:
                 return problem
@@ -380,14 +383,17 @@ class Dashboard:
 
     def _resume_problem(self) -> str | None:
         """`Job.resume_problem()` once per ended job (it asks Ray and reads the run store); None when the job
-        cannot say (a stand-in without it, Ray unreachable)."""
+        cannot say (a stand-in without it, Ray unreachable) or cannot say yet: right after a stop Ray may still
+        report the job running (`Job.resume_check`), an answer that is asked again on the next refresh."""
         key = (getattr(self.job, "submission_id", None), str(self.state))
         if self._resume_checked is None or self._resume_checked[0] != key:
-            ask = getattr(self.job, "resume_problem", None)
+            check = getattr(self.job, "resume_check", None)
             try:
-                problem = ask() if callable(ask) else None
+                problem, final = check() if callable(check) else (None, True)
             except Exception:  # Ray unreachable: let the button try, and say why it failed then
-                problem = None
+                problem, final = None, True
+            if not final:
+                return None
             self._resume_checked = (key, problem)
         return self._resume_checked[1]
 
@@ -540,7 +546,7 @@ class Dashboard:
             return []
         if not self.finished:
             return ["stop", "logs"]
-        if self.state not in (RunState.STOPPED, RunState.FAILED, LOST):
+        if self.state not in RESUMABLE_STATES:
             return ["logs"]
         # Resume only where it continues the run: else the reason is the header's note, and a new run is offered
         return ["new_run", "logs"] if self._resume_problem() else ["resume", "logs"]

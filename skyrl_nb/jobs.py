@@ -256,22 +256,28 @@ class Job:
         stopped first; a run that failed for a reason a resume repeats (a config error, an error in its code
         or data: `skyrl_core.resume.classify_failure`) is not resumed; nor is one with history but no
         checkpoint (a resume would start over and overwrite it)."""
+        return self.resume_check()[0]
+
+    def resume_check(self) -> tuple[str | None, bool]:
+        """``(resume_problem(), final)``: ``final`` is False while Ray still reports the job running, an answer
+        that changes once it ends (Ray's status lags a stop by a moment), True once the job has ended."""
         from skyrl_core.resume import checkpoint_root, failure_of, resume_problem
 
         state = self.status()
         if state not in ENDED:
-            return f"job {self.submission_id} is {state}; stop() it before resume()"
+            return f"job {self.submission_id} is {state}; stop() it before resume()", False
         run_status = self._run_status()
         failure = failure_of(run_status) if state == RunState.FAILED and self.owns_status(run_status) else None
         if failure is not None and not failure.resumable:
             error = str(run_status.get("error")).strip().splitlines()[-1][:200]
-            return f"run {self.run_id} failed with {error!r}: {failure.why}; fix the cause, then launch a new run: {RESTART_HINT}"
+            return (f"run {self.run_id} failed with {error!r}: {failure.why}; fix the cause, then launch a new run: "
+                    f"{RESTART_HINT}"), True
         try:
             trainer = self.submitted_config().get("trainer") or {}
         except RuntimeError as err:
-            return str(err)
+            return str(err), True
         root = checkpoint_root(trainer.get("ckpt_path"), self.run_dir)
-        return resume_problem(self.run_dir, root, trainer.get("ckpt_interval", "?"), instead=RESTART_HINT)
+        return resume_problem(self.run_dir, root, trainer.get("ckpt_interval", "?"), instead=RESTART_HINT), True
 
     def restart_as_new(self, overrides: list[str] | None = None, run_id: str | None = None) -> Job:
         """Launch this job's config again as a new run (`<run_id>-new`, `-new2`, ... unless `run_id` is given),

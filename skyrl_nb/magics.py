@@ -488,6 +488,8 @@ class SkyrlMagics(Magics):
 
         from skyrl_core.store import is_url, join
 
+        if "\x00" in run:
+            raise UsageError(f"%skyrl: run {run!r} holds a NUL byte; give a run id under {self.run_root}")
         if is_url(run) or os.path.isabs(os.path.expanduser(run)):
             return run
         root = os.path.expanduser(self.run_root)

@@ -182,5 +182,7 @@ def test_run_paths_stay_inside_the_run_root(shell: Any, tmp_path: Path) -> None:
                                        "a run id under it, or an absolute path"), str(info.value)
         with pytest.raises(UsageError, match="loop"):  # a loop inside the root: not a run, named (no traceback)
             shell.run_line_magic("skyrl", f"{command} loop{extra}")
+        with pytest.raises(UsageError, match="NUL byte"):  # os.path.realpath would raise ValueError
+            shell.run_line_magic("skyrl", f"{command} 'a\x00b'{extra}")
     assert not os.path.exists("/tmp/skyrl-h7-model")
     assert shell.run_line_magic("skyrl", f"status {outside}").run_id == "run"  # absolute: the user's choice
