@@ -117,6 +117,14 @@ class RunState(StrEnum):
 FINAL_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED})
 
 
+class ReadState(StrEnum):
+    """The states only readers show, never written to ``status.json``: what a reader concluded from what it
+    found. ``lost``: running, but its heartbeat went stale or Ray says the job ended; ``damaged``: status.json
+    is there but cannot be read as a status; ``no_status``: the run has files but no status.json;
+    ``unreadable``: the run's folder cannot be read by this user (another user's, a symbolic-link loop)."""
+    LOST, DAMAGED, NO_STATUS, UNREADABLE = "lost", "damaged", "no_status", "unreadable"
+
+
 class Stage(StrEnum):
     """What a job is doing before its first step, as ``stage`` events in events.jsonl say (the dashboard shows
     it). ``submitted`` is the notebook's word (Ray is starting the job; no event yet); the engine writes the

@@ -24,8 +24,13 @@ however long the run.
 
 Readers survive damaged files (a disk that filled up, a copy cut short, a hand edit): a status.json
 that is not a JSON object shows the run as ``damaged``, a metrics or events line that is not a JSON
-object and a trajectory part that is not Parquet are skipped; each is reported once, as a line in
-``RunReader.warnings``, and never raised.
+object and a trajectory part that is not Parquet (or not a trajectory part's schema) are skipped; each is
+reported once, as a line in ``RunReader.warnings``, and never raised. Silent damage is named too: a run with
+files but no status.json shows as ``no_status``; NUL bytes in a log are named with their byte offset and the
+lines around them still read; a torn last line of a run that has ended, a step missing between two others
+and a line out of step order are warnings, and metric rows come back in step order. Anything a reader
+cannot read at all (another user's folder, a symbolic-link loop, ``trajectories`` that is a file) is
+skipped and named, and the rest is shown: ``list_runs`` lists such a run as ``unreadable``.
 """
 
 from __future__ import annotations
@@ -45,9 +50,9 @@ from typing import Any
 
 import yaml
 
-from skyrl_core.choices import FINAL_STATES, RunState, values
+from skyrl_core.choices import FINAL_STATES, ReadState, RunState, values
 from skyrl_core.registry import shown
-from skyrl_core.store import Entry, LocalStore, Store, is_url, join, open_store, url_problem
+from skyrl_core.store import Entry, LocalStore, Store, is_url, join, open_store, os_reason, url_problem
 
 STATES = values(RunState)
 REWARD_KEY = "reward/avg_raw_reward"
@@ -60,7 +65,7 @@ _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 #: A running job whose heartbeat is older than this (seconds) is reported as lost.
 HEARTBEAT_STALE_S = 120.0
 
-DAMAGED = "damaged"
+DAMAGED = ReadState.DAMAGED.value
 """The state readers show for a run whose status.json cannot be read (not UTF-8, not JSON, not an
 object, or an unknown state); its metrics and trajectories are still read. Like ``lost`` it is the
 readers' word: the engine never writes it."""
@@ -536,33 +541,120 @@ class RunWriter:
 class _LineReader:
     """Turns complete JSONL lines into rows: a line that is not a JSON object (or, with ``need_step``, has
     no step) is skipped and reported through ``warn``; a row already returned, known by its
-    ``(step, time)``, is not returned again (after a resume rewrote the log, it is read from the start)."""
+    ``(step, time)``, is not returned again (after a resume rewrote the log, it is read from the start).
 
-    def __init__(self, name: str, warn: Callable[[str], None], need_step: bool):
+    NUL bytes (a crash that left a zero-filled block) are never part of a line: each run of them is named
+    with its byte offset and the text around it is read as lines. With ``need_step`` (metrics), a line
+    whose step is lower than one before it (out of order) or a step missing between two lines is a
+    warning, and each read's rows come back in step order (a step's later row after its earlier one).
+    ``ended`` (when given) says whether the run has ended: only then is a torn last line damage.
+    """
+
+    def __init__(self, name: str, warn: Callable[[str], None], need_step: bool,
+                 ended: Callable[[], bool] | None = None):
         self.name = name
         self._line = 0  # lines read so far, for messages
         self._returned: set[tuple[Any, float]] = set()
         self._warn = warn
         self._need_step = need_step
+        self._ended = ended
+        self._restart()
 
-    def _rows(self, chunk: bytes) -> list[dict[str, Any]]:
+    def _restart(self) -> None:
+        """Forget the order seen so far (the log is read again from its start)."""
+        self._line = 0
+        self._top: int | None = None  # the highest step read so far
+        # steps skipped by a jump not yet reported: (first, last, line, step before, step after)
+        self._holes: list[tuple[int, int, int, int, int]] = []
+
+    def _rows(self, chunk: bytes, base: int = 0) -> list[dict[str, Any]]:
+        """The rows of complete lines ``chunk``, which starts at byte ``base`` of the log."""
         rows = []
+        pos = base
         for line in chunk.split(b"\n"):
             self._line += 1
-            if not line.strip():
-                continue
-            row, why = _json_object(line)
-            if row is None or (self._need_step and not _is_count(row.get("step"))):
-                why = why or f"has no step ({shown(row.get('step') if row else None)})"
-                self._warn(f"{self.name} line {self._line} {why}; skipped")
-                continue
-            step, stamp = row.get("step"), row.get("time")
-            if _is_number(stamp) and (step is None or _is_count(step)):
-                if (step, stamp) in self._returned:
-                    continue
-                self._returned.add((step, stamp))
-            rows.append(row)
+            start, pos = pos, pos + len(line) + 1
+            pieces = [(start, line)]
+            if b"\x00" in line:
+                for m in re.finditer(rb"\x00+", line):
+                    self._warn(f"{self.name} line {self._line}: {m.end() - m.start()} NUL byte(s) at byte "
+                               f"{start + m.start()}; skipped")
+                pieces = [(start + m.start(), m.group()) for m in re.finditer(rb"[^\x00]+", line)]
+            for offset, text in pieces:
+                if text.strip():
+                    self._row(text, offset, rows)
         return rows
+
+    def _row(self, text: bytes, offset: int, rows: list[dict[str, Any]]) -> None:
+        row, why = _json_object(text)
+        if row is None or (self._need_step and not _is_count(row.get("step"))):
+            why = why or f"has no step ({shown(row.get('step') if row else None)})"
+            self._warn(f"{self.name} line {self._line} (byte {offset}) {why}; skipped")
+            return
+        step, stamp = row.get("step"), row.get("time")
+        if self._need_step:
+            self._order(step)
+        if _is_number(stamp) and (step is None or _is_count(step)):
+            if (step, stamp) in self._returned:
+                return
+            self._returned.add((step, stamp))
+        rows.append(row)
+
+    def _order(self, step: int) -> None:
+        """Note a metric line's step: out of order, or a jump past steps (a hole, reported by ``_finish``)."""
+        top = self._top
+        if top is None or step == top:
+            self._top = step if top is None else top
+            return
+        if step < top:
+            self._warn(f"{self.name} line {self._line}: step {step} comes after step {top} (out of order); "
+                       "rows are read in step order")
+            holes = []
+            for first, last, *rest in self._holes:  # the late line fills a hole
+                if first <= step <= last:
+                    holes += [(a, b, *rest) for a, b in ((first, step - 1), (step + 1, last)) if a <= b]
+                else:
+                    holes.append((first, last, *rest))
+            self._holes = holes
+            return
+        if step > top + 1:
+            self._holes.append((top + 1, step - 1, self._line, top, step))
+        self._top = step
+
+    def _finish(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One read's rows, in step order for metrics, with the holes left in the steps reported."""
+        for first, last, line, before, after in self._holes:
+            steps = f"step {first}" if first == last else f"steps {first}..{last}"
+            self._warn(f"{self.name} line {line}: {steps} missing (step {before}, then step {after})")
+        self._holes = []
+        if self._need_step:
+            rows.sort(key=lambda row: row["step"])
+        return rows
+
+    def _leftover(self, fragment: bytes, base: int) -> tuple[list[dict[str, Any]], int]:
+        """``(rows, bytes used)`` of what follows a log's last newline (at byte ``base``).
+
+        Up to its last NUL byte it is damage, named now. The rest is a line still being written, unless
+        it is a whole JSON object (only its newline is missing: returned; a strict prefix of one never
+        parses) or the run has ended (then it was cut short: named, left unread).
+        """
+        rows: list[dict[str, Any]] = []
+        used = fragment.rfind(b"\x00") + 1
+        if used:
+            rows = self._rows(fragment[:used], base)
+            self._line -= 1  # the line goes on after the NUL bytes
+        rest = fragment[used:]
+        if not rest.strip():
+            return rows, used
+        row, _ = _json_object(rest)
+        if row is not None and (not self._need_step or _is_count(row.get("step"))):
+            rows += self._rows(rest, base + used)
+            self._line -= 1  # its newline, when it comes, is not another line
+            return rows, len(fragment)
+        if self._ended is not None and self._ended():
+            self._warn(f"{self.name}: the last line ({len(rest)} bytes at byte {base + used}) is cut short and "
+                       "the run has ended; skipped")
+        return rows, used
 
 
 class _Tail(_LineReader):
@@ -574,8 +666,9 @@ class _Tail(_LineReader):
     step's later row replace its earlier one, as ``skyrl_nb.dashboard.RunSeries`` does.
     """
 
-    def __init__(self, path: Path, warn: Callable[[str], None], *, need_step: bool = False):
-        super().__init__(path.name, warn, need_step)
+    def __init__(self, path: Path, warn: Callable[[str], None], *, need_step: bool = False,
+                 ended: Callable[[], bool] | None = None):
+        super().__init__(path.name, warn, need_step, ended)
         self.path = path
         self.offset = 0
         self._inode: int | None = None
@@ -584,7 +677,8 @@ class _Tail(_LineReader):
         try:
             st = self.path.stat()
             if self._inode is not None and (st.st_ino != self._inode or st.st_size < self.offset):
-                self.offset, self._line = 0, 0  # the file was rewritten (a resume truncated it)
+                self.offset = 0  # the file was rewritten (a resume truncated it)
+                self._restart()
             self._inode = st.st_ino
             if st.st_size == self.offset:
                 return []
@@ -594,13 +688,13 @@ class _Tail(_LineReader):
         except FileNotFoundError:
             return []
         except OSError as err:
-            self._warn(f"{self.path.name} cannot be read ({err.strerror or err}); skipped")
+            self._warn(f"{self.path.name} cannot be read ({os_reason(err)}); skipped")
             return []
         end = chunk.rfind(b"\n")
-        if end < 0:
-            return []  # only a torn (still being written) line so far
-        self.offset += end + 1
-        return self._rows(chunk[:end])
+        rows = self._rows(chunk[:end], self.offset) if end >= 0 else []
+        extra, used = self._leftover(chunk[end + 1:], self.offset + end + 1)
+        self.offset += end + 1 + used
+        return self._finish(rows + extra)
 
 
 class _SegmentTail(_LineReader):
@@ -611,21 +705,22 @@ class _SegmentTail(_LineReader):
     """
 
     def __init__(self, store: Store, stem: str, listing: Callable[[], dict[str, Entry]],
-                 warn: Callable[[str], None], *, need_step: bool = False):
-        super().__init__(f"{stem}.jsonl", warn, need_step)
+                 warn: Callable[[str], None], *, need_step: bool = False, ended: Callable[[], bool] | None = None):
+        super().__init__(f"{stem}.jsonl", warn, need_step, ended)
         self.store, self.stem, self._listing = store, stem, listing
         self.generation: int | None = None
         self.segment, self.offset = 0, 0
 
     def read_new(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
         try:
             generation, segments = _segments(self._listing(), self.stem)
             if generation is None:
                 return []
             if self.generation is not None and generation != self.generation:
-                self.segment, self.offset, self._line = 0, 0, 0
+                self.segment, self.offset = 0, 0
+                self._restart()
             self.generation = generation
-            rows: list[dict[str, Any]] = []
             for segment, name, entry in segments:
                 if segment < self.segment:
                     continue
@@ -636,14 +731,15 @@ class _SegmentTail(_LineReader):
                 chunk = self.store.read_range(name, self.offset, entry.size)
                 end = chunk.rfind(b"\n")
                 if end >= 0:
-                    self.offset += end + 1
-                    rows.extend(self._rows(chunk[:end]))
-            return rows
+                    rows.extend(self._rows(chunk[:end], self.offset))
+                extra, used = self._leftover(chunk[end + 1:], self.offset + end + 1)
+                rows.extend(extra)
+                self.offset += end + 1 + used
         except FileNotFoundError:  # a segment deleted between the listing and the read: next time
-            return []
+            pass
         except OSError as err:
-            self._warn(f"{self.name} cannot be read ({err}); skipped")
-            return []
+            self._warn(f"{self.name} cannot be read ({os_reason(err)}); skipped")
+        return self._finish(rows)
 
 
 class RunReader:
@@ -672,9 +768,14 @@ class RunReader:
     def _tail(self, stem: str, fresh: bool = False) -> _Tail | _SegmentTail:
         need_step = stem == "metrics"
         if isinstance(self.store, LocalStore):
-            return _Tail(self.store.path(f"{stem}.jsonl"), self._warn, need_step=need_step)
+            return _Tail(self.store.path(f"{stem}.jsonl"), self._warn, need_step=need_step, ended=self._ended)
         listing = (lambda: self._listing(fresh=True)) if fresh or need_step else self._listing
-        return _SegmentTail(self.store, stem, listing, self._warn, need_step=need_step)
+        return _SegmentTail(self.store, stem, listing, self._warn, need_step=need_step, ended=self._ended)
+
+    def _ended(self) -> bool:
+        """Whether the run has ended (nothing more will be appended to its logs): a final or reader's state."""
+        status = self.status()
+        return status.get("state") not in (RunState.PENDING, RunState.RUNNING) or bool(status.get("lost"))
 
     def _listing(self, fresh: bool = False) -> dict[str, Entry]:
         """The run folder's files (object stores): one LIST, reused for ``LISTING_TTL_S``, or for the
@@ -729,6 +830,29 @@ class RunReader:
         """Whether the run directory is on this machine's disk (else an object store)."""
         return isinstance(self.store, LocalStore)
 
+    def unreadable(self) -> str | None:
+        """Why the run folder cannot be read by this user (``permission denied for this user``, ``a
+        symbolic-link loop``), or None when it can (or is missing). An object store answers None."""
+        if not isinstance(self.store, LocalStore):
+            return None
+        try:
+            with os.scandir(self.store.root):
+                return None
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            return os_reason(err)
+
+    def _has_files(self) -> bool:
+        """Whether anything of a run besides status.json is here (config.yaml or a log)."""
+        try:
+            if isinstance(self.store, LocalStore):
+                return any(self.store.exists(n) for n in ("config.yaml", "metrics.jsonl", "events.jsonl"))
+            listing = self._listing()
+            return "config.yaml" in listing or any(_SEGMENT_RE.match(n) for n in listing)
+        except OSError:
+            return False
+
     def exists(self) -> bool:
         if isinstance(self.store, LocalStore):
             return self.store.exists("status.json") or self.store.exists("config.yaml")
@@ -742,7 +866,8 @@ class RunReader:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, yaml.YAMLError, RecursionError) as err:
-            self._warn(f"config.yaml cannot be read ({type(err).__name__}); skipped")
+            why = os_reason(err) if isinstance(err, OSError) else type(err).__name__
+            self._warn(f"config.yaml cannot be read ({why}); skipped")
             return {}
         if not isinstance(data, dict):
             self._warn(f"config.yaml is not a mapping ({shown(data)}); skipped")
@@ -752,21 +877,28 @@ class RunReader:
     def status(self) -> dict[str, Any]:
         """status.json, with ``lost: True`` added when a running job's heartbeat went stale.
 
-        A status.json that cannot be read gives state ``damaged`` (``DAMAGED``); ``warnings`` says why.
+        A status.json that cannot be read gives state ``damaged`` (``ReadState.DAMAGED``); a run that has
+        files but no status.json gives ``no_status`` (``ReadState.NO_STATUS``), not ``pending``: nothing
+        says whether it ever ran. ``warnings`` says why.
         """
+        missing = False
         try:
             data: bytes | None = self._read("status.json")
             status, problems = _read_status(self.store, data)
         except FileNotFoundError:
-            status, problems = None, []
+            status, problems, missing = None, [], True
         except OSError as err:
-            status, problems = None, [f"status.json cannot be read ({err.strerror or err})"]
+            status, problems = None, [f"status.json cannot be read ({os_reason(err)})"]
         for problem in problems:
             self._warn(problem + ("; skipped" if status else f"; the run is shown as {DAMAGED}"))
         if status is None:
             status = _new_status()
             if problems:
                 status["state"] = DAMAGED
+            elif missing and self._has_files():
+                status["state"] = ReadState.NO_STATUS.value
+                self._warn(f"status.json is missing; the run is shown as {ReadState.NO_STATUS.value} "
+                           "(its state is unknown)")
         beat = status.get("heartbeat")
         status["lost"] = bool(status.get("state") == "running" and beat and time.time() - beat > HEARTBEAT_STALE_S)
         return status
@@ -799,7 +931,7 @@ class RunReader:
             if entry.size:
                 tail = _LineReader(name, self._warn, need_step=True)
                 try:
-                    rows = tail._rows(self.store.read(name).rstrip(b"\n"))
+                    rows = tail._finish(tail._rows(self.store.read(name).rstrip(b"\n")))
                 except FileNotFoundError:
                     return {}
                 if rows:
@@ -818,8 +950,13 @@ class RunReader:
         return frame.set_index("step", drop=False) if "step" in frame else frame
 
     def trajectory_steps(self) -> list[int]:
-        """Steps that have a complete trajectory part, in order."""
-        return sorted(step for name in self.store.list("trajectories") if (step := part_step(name)) is not None)
+        """Steps that have a complete trajectory part, in order; a ``trajectories`` folder (or an entry in
+        it) that cannot be read is named in ``warnings`` and skipped."""
+        problems: list[str] = []
+        names = self.store.list("trajectories", problems=problems)
+        for problem in problems:
+            self._warn(problem)
+        return sorted(step for name in names if (step := part_step(name)) is not None)
 
     def trajectory_path(self, step: int) -> Path | str:
         return self.store.path(f"trajectories/{part_name(step)}")
@@ -851,7 +988,7 @@ class RunReader:
         return RunSummary(
             run_id=self.run_id,
             path=str(self.run_dir),
-            state="lost" if status.get("lost") else status.get("state", "pending"),
+            state=ReadState.LOST.value if status.get("lost") else status.get("state", RunState.PENDING.value),
             step=int(status.get("step") or last.get("step") or 0),
             total_steps=status.get("total_steps"),
             last_reward=reward if _is_number(reward) else None,
@@ -885,21 +1022,53 @@ class RunReader:
         return summary._repr_html_().removesuffix("</div>") + f"{taken}</div>"
 
 
-def read_run_part(store: Store, step: int, columns: Iterable[str] | None = None):
+#: What a trajectory part's columns must hold where a part has them (a column of nulls passes too).
+PART_TYPES = {"step": "integer", "prompt": "string", "response": "string", "reward": "number",
+              "advantage": "number", "num_tokens": "number"}
+#: A trajectory part has at least one of these; a Parquet file with none of them is not a part.
+PART_CORE = ("prompt", "response", "reward")
+
+
+def part_schema_problem(schema: Any, required: Iterable[str] = ()) -> str | None:
+    """What is wrong with a trajectory part's pyarrow schema, in words (``reward is string, not a number``),
+    or None. Columns in :data:`PART_TYPES` must have that type; ``required`` columns must be there."""
+    import pyarrow as pa
+
+    kinds = {"integer": ("an integer", pa.types.is_integer),
+             "string": ("text", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+             "number": ("a number", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t))}
+    names = list(schema.names)
+    if not any(c in names for c in PART_CORE):
+        listed = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        return f"has none of the columns {', '.join(PART_CORE)} (it has: {listed or 'no columns'})"
+    missing = [c for c in required if c not in names]
+    if missing:
+        return f"has no {', '.join(missing)} column"
+    for column, kind in PART_TYPES.items():
+        if column in names:
+            typ = schema.field(column).type
+            what, allowed = kinds[kind]
+            if not (pa.types.is_null(typ) or allowed(typ)):
+                return f"has {column} of type {typ}, not {what}"
+    return None
+
+
+def read_run_part(store: Store, step: int, columns: Iterable[str] | None = None, *, required: Iterable[str] = ()):
     """Step ``step``'s trajectory part of the run in ``store`` as a pyarrow Table (see :func:`read_part`)."""
     name = f"trajectories/{part_name(step)}"
     if isinstance(store, LocalStore):
-        return read_part(store.path(name), columns)
-    return read_part(store.read(name), columns, name=part_name(step))
+        return read_part(store.path(name), columns, required=required)
+    return read_part(store.read(name), columns, name=part_name(step), required=required)
 
 
 def read_part(source: str | os.PathLike[str] | bytes, columns: Iterable[str] | None = None, *,
-              name: str | None = None):
+              name: str | None = None, required: Iterable[str] = ()):
     """One trajectory part (a file path, or its bytes read from an object store) as a pyarrow Table,
     with only those of ``columns`` it has (all when None).
 
     FileNotFoundError when it is missing; :class:`DamagedFile` (one line naming it) when it is not a
-    readable Parquet file (0 bytes, cut short, overwritten).
+    readable Parquet file (0 bytes, cut short, overwritten, unreadable for this user) or not a trajectory
+    part (:func:`part_schema_problem`; ``required``: columns the caller cannot do without).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -912,13 +1081,18 @@ def read_part(source: str | os.PathLike[str] | bytes, columns: Iterable[str] | N
         name = name or where.name
     try:
         part = pq.ParquetFile(where)
+        problem = part_schema_problem(part.schema_arrow, required)
         names = part.schema_arrow.names
-        return part.read(columns=None if columns is None else [c for c in columns if c in names])
+        table = None if problem else part.read(columns=None if columns is None else [c for c in columns if c in names])
     except FileNotFoundError:
         raise
     except (OSError, ValueError, pa.ArrowException) as err:
-        reason = " ".join(str(err).split())[:100] or type(err).__name__
-        raise DamagedFile(f"trajectories/{name} is not a readable Parquet file ({reason})") from None
+        reason = os_reason(err) if isinstance(err, OSError) and err.errno else " ".join(str(err).split())[:100]
+        raise DamagedFile(f"trajectories/{name} is not a readable Parquet file ({reason or type(err).__name__})") \
+            from None
+    if problem:
+        raise DamagedFile(f"trajectories/{name} is not a trajectory part: it {problem}")
+    return table
 
 
 @dataclass(frozen=True)
@@ -960,26 +1134,41 @@ class RunSummary:
 
 
 class RunList(list):
-    """A list of RunSummary that prints as a table."""
+    """A list of RunSummary that prints as a table; ``warnings``: entries of the run root that could not be
+    read at all (a symbolic-link loop, the root itself unreadable), one line each."""
+
+    def __init__(self, summaries: Iterable[RunSummary] = (), warnings: Iterable[str] = ()):
+        super().__init__(summaries)
+        self.warnings: list[str] = list(warnings)
 
     def __str__(self) -> str:
-        return "\n".join(str(s) for s in self) if self else "(no runs)"
+        lines = [str(s) for s in self] or ["(no runs)"]
+        return "\n".join([*lines, *(f"skipped: {w}" for w in self.warnings)])
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
+        skipped = "".join(f"<br><small>skipped: {html.escape(w)}</small>" for w in self.warnings)
         if not self:
-            return "<i>no runs</i>"
+            return f"<i>no runs</i>{skipped}"
         rows = "".join(
-            f"<tr><td>{html.escape(s.run_id)}</td><td>{s.state}</td><td>{s.step}/{s.total_steps or '?'}</td>"
-            f"<td>{html.escape(s.reward_text())}</td></tr>" for s in self)
-        return ("<table><tr><th>run</th><th>state</th><th>step</th><th>reward first &rarr; last</th></tr>"
-                f"{rows}</table>")
+            f"<tr><td>{html.escape(s.run_id)}</td><td>{html.escape(s.state)}</td><td>{s.step}/{s.total_steps or '?'}</td>"
+            f"<td>{html.escape(s.reward_text())}</td><td>{html.escape('; '.join(s.warnings))}</td></tr>" for s in self)
+        return ("<table><tr><th>run</th><th>state</th><th>step</th><th>reward first &rarr; last</th>"
+                f"<th>skipped</th></tr>{rows}</table>{skipped}")
+
+
+class RunUnreadable(PermissionError):
+    """A run folder this user cannot read (another user's, a symbolic-link loop); the message is one line."""
 
 
 def open_run(path: str | os.PathLike[str]) -> RunReader:
-    """Open a run directory (finished or running). Raises if it holds no run."""
+    """Open a run directory (finished or running). Raises ``FileNotFoundError`` if it holds no run and
+    :class:`RunUnreadable` (one line) if this user cannot read it."""
     reader = RunReader(path)
+    why = reader.unreadable()
+    if why:
+        raise RunUnreadable(f"run: {str(path)!r} cannot be read ({why})")
     if not reader.exists():
         raise FileNotFoundError(f"run: {str(path)!r} is not a run directory (no status.json or config.yaml)")
     return reader
@@ -992,15 +1181,39 @@ open = open_run  # noqa: A001
 def list_runs(run_root: str | os.PathLike[str] = "~/skyrl-runs") -> RunList:
     """Every run under ``run_root``, newest first, with state, steps and last reward.
 
-    ``run_root`` is a local folder or an object-store URL (``s3://bucket/prefix``). A run with damaged
-    files is listed with what could be read: state ``damaged`` when its status.json
-    cannot be read, and what was skipped in its ``warnings``.
+    ``run_root`` is a local folder or an object-store URL (``s3://bucket/prefix``). One bad entry never
+    hides the others: a run with damaged files is listed with what could be read (state ``damaged`` when
+    its status.json cannot be read, ``no_status`` when it has none) and what was skipped in its
+    ``warnings``; a folder this user cannot read is listed as ``unreadable``; an entry that cannot even
+    be looked at (a symbolic-link loop) is named in the list's ``warnings``.
     """
     store = open_store(run_root)
-    readers = [RunReader(join(store.root, name)) for name in store.folders()]
-    summaries = [dataclasses.replace(r.summary(), reward=r.reward_change()) for r in readers if r.exists()]
+    problems: list[str] = []
+    names = store.folders(problems=problems)
+    summaries = [s for name in names if (s := run_summary(join(store.root, name))) is not None]
     summaries.sort(key=lambda s: s.started_at or 0, reverse=True)
-    return RunList(summaries)
+    return RunList(summaries, problems)
+
+
+def run_summary(run_dir: str | os.PathLike[str]) -> RunSummary | None:
+    """The :class:`RunSummary` of one folder of a run root, with reward first -> last (None: it holds no
+    run). Never raises: a folder this user cannot read is state ``unreadable``, and anything else that
+    goes wrong reading it is state ``damaged``, each with the reason in ``warnings``."""
+    reader = RunReader(run_dir)
+    why = reader.unreadable()
+    if why:
+        return RunSummary(run_id=reader.run_id, path=str(reader.run_dir), state=ReadState.UNREADABLE.value,
+                          step=0, total_steps=None, last_reward=None,
+                          warnings=(f"{reader.run_id} cannot be read ({why}); skipped",))
+    try:
+        if not reader.exists():
+            return None
+        return dataclasses.replace(reader.summary(), reward=reader.reward_change())
+    except Exception as err:  # damage nobody foresaw: this run says so, the others are still listed
+        reason = f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"
+        return RunSummary(run_id=reader.run_id, path=str(reader.run_dir), state=DAMAGED, step=0,
+                          total_steps=None, last_reward=None,
+                          warnings=(*reader.warnings, f"{reader.run_id} cannot be read ({reason}); skipped"))
 
 
 def _span(steps: list[int]) -> str:

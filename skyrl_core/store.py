@@ -14,6 +14,7 @@ following a run must see what a writer on another machine put a moment ago.
 
 from __future__ import annotations
 
+import errno
 import html
 import os
 import re
@@ -88,6 +89,27 @@ class Entry:
     tag: str
 
 
+def os_reason(err: OSError) -> str:
+    """Why a file or folder could not be read, in words: ``a symbolic-link loop``, ``permission denied``."""
+    if err.errno == errno.ELOOP:
+        return "a symbolic-link loop"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied for this user"
+    if err.errno == errno.ENOTDIR:
+        return "a file, not a folder"
+    return err.strerror or " ".join(str(err).split())[:120] or type(err).__name__
+
+
+def _joined(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def _note(problems: list[str], name: str, err: OSError) -> None:
+    line = f"{name} cannot be read ({os_reason(err)}); skipped"
+    if line not in problems:
+        problems.append(line)
+
+
 class LocalStore:
     """A folder on this machine's disk."""
 
@@ -129,26 +151,56 @@ class LocalStore:
             f.write(data)
             f.flush()
 
-    def list(self, folder: str = "") -> dict[str, Entry]:
-        """The files directly in ``folder`` (names relative to it): ``{name: Entry}``; {} when it is missing."""
+    def list(self, folder: str = "", *, problems: list[str] | None = None) -> dict[str, Entry]:
+        """The files directly in ``folder`` (names relative to it): ``{name: Entry}``; {} when it is missing.
+
+        With ``problems`` (a list), what cannot be read is skipped and named there, one line each: the
+        folder itself (not a folder, unreadable for this user, a symbolic-link loop) or one entry in it
+        (a link loop, an entry this user may not look at). Without it such a problem raises ``OSError``.
+        """
         out: dict[str, Entry] = {}
         try:
             with os.scandir(self.path(folder)) as entries:
                 for e in entries:
-                    if e.is_file():
-                        st = e.stat()
-                        out[e.name] = Entry(st.st_size, f"{st.st_ino}:{st.st_mtime_ns}")
-        except (FileNotFoundError, NotADirectoryError):
+                    try:
+                        if e.is_file():
+                            st = e.stat()
+                            out[e.name] = Entry(st.st_size, f"{st.st_ino}:{st.st_mtime_ns}")
+                    except OSError as err:
+                        if problems is None:
+                            raise
+                        _note(problems, _joined(folder, e.name), err)
+        except FileNotFoundError:
             pass
+        except NotADirectoryError as err:
+            if problems is not None and folder:
+                _note(problems, folder, err)
+        except OSError as err:
+            if problems is None:
+                raise
+            _note(problems, folder or str(self.root), err)
         return out
 
-    def folders(self, folder: str = "") -> list[str]:
-        """The sub-folders directly in ``folder``."""
+    def folders(self, folder: str = "", *, problems: list[str] | None = None) -> list[str]:
+        """The sub-folders directly in ``folder``; ``problems``: as for :meth:`list`."""
+        found = []
         try:
             with os.scandir(self.path(folder)) as entries:
-                return sorted(e.name for e in entries if e.is_dir())
+                for e in entries:
+                    try:
+                        if e.is_dir():
+                            found.append(e.name)
+                    except OSError as err:
+                        if problems is None:
+                            raise
+                        _note(problems, _joined(folder, e.name), err)
         except (FileNotFoundError, NotADirectoryError):
-            return []
+            pass
+        except OSError as err:
+            if problems is None:
+                raise
+            _note(problems, folder or str(self.root), err)
+        return sorted(found)
 
     def exists(self, name: str) -> bool:
         return self.path(name).exists()
@@ -198,13 +250,19 @@ class ObjectStore:
         """One PUT: the object is replaced whole or not at all."""
         self.fs.pipe_file(self._key(name), data)
 
-    def list(self, folder: str = "") -> dict[str, Entry]:
-        """The objects directly under ``folder/`` (one LIST request per 1,000 entries)."""
+    def list(self, folder: str = "", *, problems: list[str] | None = None) -> dict[str, Entry]:
+        """The objects directly under ``folder/`` (one LIST request per 1,000 entries); ``problems``: as for
+        :meth:`LocalStore.list` (a listing the store refuses is named there instead of raising)."""
         key = self._key(folder)
         self.fs.invalidate_cache(key)
         try:
             entries = self.fs.ls(key, detail=True)
         except FileNotFoundError:
+            return {}
+        except OSError as err:
+            if problems is None:
+                raise
+            _note(problems, folder or self.url, err)
             return {}
         out = {}
         for e in entries:
@@ -234,12 +292,18 @@ class ObjectStore:
                 kwargs["ContinuationToken"] = page["NextContinuationToken"]
         return {n: e for n, e in self.list(folder).items() if n > start_after}
 
-    def folders(self, folder: str = "") -> list[str]:
+    def folders(self, folder: str = "", *, problems: list[str] | None = None) -> list[str]:
+        """The "sub-folders" (common prefixes) directly under ``folder/``; ``problems``: as for :meth:`list`."""
         key = self._key(folder)
         self.fs.invalidate_cache(key)
         try:
             entries = self.fs.ls(key, detail=True)
         except FileNotFoundError:
+            return []
+        except OSError as err:
+            if problems is None:
+                raise
+            _note(problems, folder or self.url, err)
             return []
         return sorted(e["name"].rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "directory")
 

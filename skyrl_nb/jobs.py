@@ -21,7 +21,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core import procs
-from skyrl_core.choices import FINAL_STATES, RunState
+from skyrl_core.choices import FINAL_STATES, ReadState, RunState
 
 if TYPE_CHECKING:
     from skyrl_nb.cluster.base import Cluster
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 #: A run whose status.json says running while its process is known to be dead (see `Job.status`).
-LOST = "lost"
+LOST = ReadState.LOST.value
 #: The states after which a job does nothing more: Ray's final ones and `lost`.
 ENDED = frozenset({*FINAL_STATES, LOST})
 #: How a refused resume says to start over instead (`Job.restart_as_new`).

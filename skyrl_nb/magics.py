@@ -330,7 +330,8 @@ class SkyrlMagics(Magics):
         from skyrl_core.store import location_key
         from skyrl_nb.jobs import ENDED
 
-        runs = {location_key(s.path): s for s in list_runs(os.path.expanduser(self.run_root))}
+        listed = list_runs(os.path.expanduser(self.run_root))  # never raises: what it skipped is in .warnings
+        runs = {location_key(s.path): s for s in listed}
         jobs = {location_key(job.run_dir): job for job in self.jobs.values()}
         for path in jobs.keys() - runs.keys():
             try:
@@ -351,24 +352,31 @@ class SkyrlMagics(Magics):
                 continue
             if state in ENDED:
                 runs[path] = dataclasses.replace(runs[path], state=str(state), error=runs[path].error or why)
-        return RunList(sorted(runs.values(), key=lambda s: s.started_at or 0, reverse=True))
+        return RunList(sorted(runs.values(), key=lambda s: s.started_at or 0, reverse=True), listed.warnings)
 
     def _dashboard(self, args: Any, cell: str | None) -> Any:
         from skyrl_nb.dashboard import Dashboard
 
         run = args.args[0]
         job = self._find_job(run, required=False)
-        return Dashboard(job if job is not None else self._open_run(run))
+        source = job if job is not None else self._open_run(run)
+        try:
+            return Dashboard(source)
+        except (OSError, ValueError) as err:  # the readers name damage; what is left is one line, not a traceback
+            raise UsageError(f"%skyrl dashboard {run}: {_one_line(f'{type(err).__name__}: {err}')}") from None
 
     def _inspect(self, args: Any, cell: str | None) -> Any:
         from skyrl_nb.dashboard import open_inspector
 
         run = args.args[0]
         job = self._find_job(run, required=False)
+        source = job.run if job is not None else self._open_run(run)
         try:
-            return open_inspector(job.run if job is not None else self._open_run(run))
+            return open_inspector(source)
         except RuntimeError as err:
             raise UsageError(_one_line(str(err))) from None
+        except (OSError, ValueError) as err:  # the readers name damage; what is left is one line, not a traceback
+            raise UsageError(f"%skyrl inspect {run}: {_one_line(f'{type(err).__name__}: {err}')}") from None
 
     def _export(self, args: Any, cell: str | None) -> Any:
         """The run's checkpoint as a Hugging Face model (`RunReader.export`: the engine runs in this kernel)."""
@@ -514,6 +522,8 @@ class SkyrlMagics(Magics):
             return open_run(path)
         except FileNotFoundError:
             raise UsageError(f"%skyrl: no run {run!r} under {self.run_root} (`%skyrl list` shows the runs)") from None
+        except OSError as err:  # RunUnreadable: another user's folder, a symbolic-link loop
+            raise UsageError(f"%skyrl: {_one_line(str(err))}") from None
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from skyrl_core.choices import RunState
+from skyrl_core.choices import ReadState, RunState
 from skyrl_core.frontend import widget_frontend
 from skyrl_core.runs import RunReader
 
@@ -80,6 +80,11 @@ class TrajectoryInspector(anywidget.AnyWidget):
     error = traitlets.Unicode("").tag(sync=True)
     # what the readers skipped (a damaged status.json, metrics line or Parquet part), one line each
     warnings = traitlets.List(traitlets.Unicode()).tag(sync=True)
+
+    # set before anything in __init__ can fail: ipywidgets' __del__ calls close() on a half-made widget
+    _stop: threading.Event | None = None
+    _thread: threading.Thread | None = None
+    _drift_prompt: str | None = None
 
     def __init__(self, run: Any, step: int | None = None, *, page_size: int = 8,
                  auto_refresh: float | None = None, static: bool | None = None, **kwargs: Any):
@@ -222,10 +227,11 @@ class TrajectoryInspector(anywidget.AnyWidget):
 
     def stop_auto_refresh(self) -> None:
         """Stop the refresh thread, if any."""
-        self._stop.set()
+        if self._stop is not None:
+            self._stop.set()
 
     def close(self) -> None:
-        """Stop the kernel threads and close the widget."""
+        """Stop the kernel threads and close the widget (safe on one whose ``__init__`` failed)."""
         self.stop_auto_refresh()
         self._drift_prompt = None
         super().close()
@@ -233,7 +239,7 @@ class TrajectoryInspector(anywidget.AnyWidget):
     # ------------------------------------------------------------------ internals
     def _state(self) -> str:
         status = self.reader.status()
-        return "lost" if status.get("lost") else str(status.get("state", RunState.PENDING))
+        return ReadState.LOST.value if status.get("lost") else str(status.get("state", RunState.PENDING))
 
     def _render(self) -> None:
         try:

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyrl_core.runs import DamagedFile, part_name, part_step, read_run_part
-from skyrl_core.store import Store, open_store
+from skyrl_core.runs import DamagedFile, part_name, part_schema_problem, part_step, read_run_part
+from skyrl_core.store import Store, open_store, os_reason
 
 #: Columns the group view reads; anything else in a part is left on disk.
 VIEW_COLUMNS = (
@@ -41,6 +41,8 @@ VIEW_COLUMNS = (
     "token_texts", "discarded_reason",
 )
 TOKEN_COLUMNS = ("token_logprobs", "token_advantages")
+#: Columns a part must have for the inspector to show it (a part without them is named and skipped).
+NEEDED_COLUMNS = ("prompt", "reward")
 SORTS = ("group", "reward_desc", "reward_asc", "std_desc", "length_desc", "discarded_first")
 MAX_TEXT_CHARS = 6000
 MAX_TOKENS = 4096
@@ -81,6 +83,8 @@ class PartIndex:
         self.steps: list[int] = []
         self._dir_mtime: int | None = None
         self.full_scans = 0
+        #: why the folder could not be read at the last look (not a folder, permission, a link loop), or None
+        self.problem: str | None = None
 
     def path(self, step: int) -> Path:
         return self.dir / part_name(step)
@@ -94,6 +98,15 @@ class PartIndex:
         ``full=True`` lists the folder whatever the cheap checks say (a part written after a gap in
         the steps is otherwise noticed only at the next write).
         """
+        try:
+            return self._scan(full)
+        except OSError as err:  # the folder (or a part in it) cannot be looked at: no parts, said once
+            self.problem = f"{self.dir.name} cannot be read ({os_reason(err)}); skipped"
+            removed = list(self.steps)
+            self._inodes, self.steps, self._dir_mtime = {}, [], None
+            return ScanResult(removed=removed)
+
+    def _scan(self, full: bool) -> ScanResult:
         if full:
             return self._full_scan(self._mtime())
         try:
@@ -145,6 +158,7 @@ class PartIndex:
                         seen[step] = entry.inode()  # d_ino: no stat call
         except FileNotFoundError:
             pass
+        self.problem = None
         old = self._inodes
         result = ScanResult(
             added=sorted(s for s in seen if s not in old),
@@ -171,6 +185,8 @@ class StorePartIndex:
         self._tags: dict[int, str] = {}
         self.steps: list[int] = []
         self.full_scans = 0
+        #: why the listing failed at the last look, or None
+        self.problem: str | None = None
 
     def path(self, step: int) -> str:
         return self.store.path(f"trajectories/{part_name(step)}")
@@ -181,8 +197,10 @@ class StorePartIndex:
     def scan(self, full: bool = False) -> ScanResult:
         if full or not self.steps:
             self.full_scans += 1
-            seen = {step: e.tag for n, e in self.store.list("trajectories").items()
+            problems: list[str] = []
+            seen = {step: e.tag for n, e in self.store.list("trajectories", problems=problems).items()
                     if (step := part_step(n)) is not None}
+            self.problem = problems[0] if problems else None
             old = self._tags
             result = ScanResult(added=sorted(s for s in seen if s not in old),
                                 changed=sorted(s for s, tag in seen.items() if s in old and old[s] != tag),
@@ -379,12 +397,12 @@ class TrajectoryData:
         # "this prompt across steps": prompt -> [(step, mean reward, n)], filled chunk by chunk
         self._prompt_steps: dict[str, list[tuple[int, float | None, int]]] = {}
         self._scanned: set[int] = set()
-        #: one line per damaged part skipped so far
+        #: one line per damaged part (or unreadable trajectories folder) skipped so far
         self.warnings: list[str] = []
-        self.index.scan()
+        self.refresh()
 
-    def _skip(self, err: DamagedFile) -> None:
-        message = f"{err}; skipped"
+    def _skip(self, err: DamagedFile | str) -> None:
+        message = err if isinstance(err, str) else f"{err}; skipped"
         if message not in self.warnings:
             self.warnings.append(message)
 
@@ -397,6 +415,8 @@ class TrajectoryData:
         """Pick up parts written (or rewritten, or removed) since the last look."""
         with self._lock:
             result = self.index.scan(full=full)
+            if self.index.problem:
+                self._skip(self.index.problem)
             for step in result.changed + result.removed:
                 self._cache.pop(step, None)
                 self._forget_scanned(step)
@@ -423,7 +443,7 @@ class TrajectoryData:
             if step not in self.index:
                 raise missing
             try:
-                rows = read_run_part(self.store, step, VIEW_COLUMNS).to_pylist()
+                rows = read_run_part(self.store, step, VIEW_COLUMNS, required=NEEDED_COLUMNS).to_pylist()
             except FileNotFoundError:
                 raise missing from None
             except DamagedFile as err:
@@ -607,13 +627,19 @@ class TrajectoryData:
             try:  # outside the lock: the view stays responsive while we read
                 if not self.store.local:
                     raise OSError("an object store: read part by part")
-                cols = ds.dataset(paths, format="parquet").to_table(columns=["step", "prompt", "reward"]).to_pydict()
+                dataset = ds.dataset(paths, format="parquet")
+                # a dataset reads every part as the first one's schema: a part with other columns would
+                # be read as nulls without a word, so each part's own schema is checked (its footer)
+                if any(part_schema_problem(f.physical_schema, ("step", *NEEDED_COLUMNS))
+                       for f in dataset.get_fragments()):
+                    raise ValueError("a part with another schema: read part by part")
+                cols = dataset.to_table(columns=["step", "prompt", "reward"]).to_pydict()
                 steps, prompts, rewards = cols["step"], cols["prompt"], cols["reward"]
             except Exception:  # a part without a step column, or one removed under us: go one by one
                 steps, prompts, rewards = [], [], []
                 for s in batch:
                     try:
-                        part = read_run_part(self.store, s, ("prompt", "reward")).to_pydict()
+                        part = read_run_part(self.store, s, ("prompt", "reward"), required=NEEDED_COLUMNS).to_pydict()
                     except (FileNotFoundError, OSError):
                         continue
                     except DamagedFile as err:
