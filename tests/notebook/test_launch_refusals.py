@@ -87,3 +87,31 @@ def test_seven_impossible_launches_are_refused_before_anything_is_submitted(ray_
     # no Ray job of any kind was submitted: neither a run nor a probe
     assert {job.submission_id for job in ray_cluster.client.list_jobs()} == jobs_before
     assert ray_cluster._package_report is not None and ray_cluster._package_report["asked"] == "here"
+
+
+def test_two_problems_both_show_one_line_each_without_env_paths(tmp_path: Path) -> None:
+    """A cluster whose package answer (cached on it: no probe here) says SkyRL fails to import with a multi-line
+    error quoting its env, and wandb is missing: the form shows both lines beside Launch (no "(+1 more)"), each
+    on one line, the env path left out; launch refuses with the same two lines."""
+    import skyrl_nb
+    from skyrl_core.config import ConfigError
+    from skyrl_nb.cluster.base import Cluster
+
+    cluster = Cluster("http://127.0.0.1:9", token="t", name="canned")
+    cluster.node_resources = lambda: [{"CPU": 8.0, "GPU": 1.0, "memory": 64.0 * 2**30}]
+    cluster.runs_here = True  # the run root is this machine's disk: no run-root probe job
+    error = "ImportError: libcudart.so.12: cannot open shared object file\n  File \"/opt/envs/.venv-skyrl/lib/" \
+            "python3.12/site-packages/torch/__init__.py\", line 290"
+    cluster._package_report = {"python": "3.12.3", "vllm": "missing", "modules": {"wandb": False},
+                               "skyrl": {"python": "3.12.3", "skyrl": "0.3.0", "expected": "0.3.0", "error": error}}
+    overrides = [f"run.run_root={tmp_path}", "run.engine=skyrl", "trainer.logger=[console, wandb]"]
+    form = skyrl_nb.configure("quickstart", overrides=overrides, cluster=cluster)
+    assert [line.split(":")[0] for line in form.problems] == ["run.engine", "trainer.logger"], form.problems
+    assert "libcudart.so.12: cannot open shared object file File \"…\", line 290" in form.problems[0]
+    assert all("\n" not in line and "site-packages" not in line and ".venv" not in line for line in form.problems)
+    shown = form.view.launch_reason.value.replace("&#x27;", "'").replace("&quot;", '"')
+    assert shown.count("<span") == 2 and "more)" not in shown
+    assert "Launch is off: run.engine: 'skyrl' needs SkyRL's trainer" in shown and "'wandb' needs the wandb" in shown
+    with pytest.raises(ConfigError) as refused:
+        cluster.launch("quickstart", overrides=overrides, run_id="two")
+    assert refused.value.problems == form.problems and not (tmp_path / "two").exists()
