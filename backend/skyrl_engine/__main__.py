@@ -107,13 +107,14 @@ def train(source: str, overrides: list[str]) -> int:
     if cfg.run.run_id is None:
         cfg = cfg.with_overrides([f"run.run_id=run-{time.strftime('%Y%m%d-%H%M%S')}"])
 
-    from skyrl_core.choices import Stage
+    from skyrl_core.choices import RunState, Stage
+    from skyrl_core.lifecycle import RunLifecycle
     from skyrl_core.runs import RunWriter
-    from skyrl_engine.trainer import StopRequested
+    from skyrl_engine.trainer import StopRequested  # the train path only: it imports torch
 
     writer = RunWriter(cfg.run_dir)
     writer.write_config(cfg)
-    writer.set_status("pending", pid=os.getpid())
+    writer.set_status(RunState.PENDING, pid=os.getpid())
     writer.log_event("stage", step=0, stage=Stage.ENVIRONMENT)  # the job's Python is up; torch, data and Ray next
     signal.signal(signal.SIGTERM, _on_sigterm)
     held: dict[str, Any] = {}
@@ -125,9 +126,8 @@ def train(source: str, overrides: list[str]) -> int:
         trainer = held.get("trainer")
         if trainer is not None:
             trainer.stopped()
-        else:
-            writer.log_event("finished", step=0, state="stopped")
-            writer.set_status("stopped")
+        else:  # stopped before training began
+            RunLifecycle(writer).stopped()
         return EXIT_STOPPED
     except Exception as err:  # the run failed: record it for the notebook, exit 1
         trainer = held.get("trainer")

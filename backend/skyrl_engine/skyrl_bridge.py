@@ -32,18 +32,19 @@ import json
 import os
 import signal
 import sys
-import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from skyrl_core.choices import RunState
+from skyrl_core.lifecycle import HEARTBEAT_S, RunLifecycle
+from skyrl_core.runs import RunWriter
 from skyrl_engine.cache import cache_root
 from skyrl_engine.models import keep_tokenizer, resolve_model_path
 from skyrl_engine.tasks import BUILTIN_PREFIX, env_configs_from_environ, load_prompts, read_rows, write_rows
 from skyrl_engine.text2sql_data import builtin_db_root
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_NO_SKYRL, EXIT_STOPPED = 0, 1, 2, 3, 143
-HEARTBEAT_S = 5.0
 """``decode(token_ids, skip_special_tokens) -> text`` (a tokenizer's ``decode``)."""
 
 
@@ -70,17 +71,21 @@ class RunStoreTracker:
 
     def __init__(self, run_dir: str | os.PathLike[str], *, inner: Any = None, policy_gpus: int = 1,
                  heartbeat_s: float = HEARTBEAT_S):
-        from skyrl_core.runs import RunWriter
-
         self.writer = RunWriter(run_dir)
+        #: the run's status, heartbeat and lifecycle events, recorded as skyrl-nb's engine records them
+        self.life = RunLifecycle(self.writer, heartbeat_s)
         self.inner = inner
         self.policy_gpus = max(1, int(policy_gpus))
-        self.step = 0
-        self.ended: str | None = None
-        self._lock = threading.Lock()
-        self._heartbeat_s = heartbeat_s
-        self._stop_beat = threading.Event()
-        self._beat: threading.Thread | None = None
+
+    @property
+    def step(self) -> int:
+        """The last step SkyRL reported."""
+        return self.life.step
+
+    @property
+    def ended(self) -> str | None:
+        """The final state once recorded (None while the run lives)."""
+        return self.life.ended
 
     @property
     def run_dir(self) -> str:
@@ -90,44 +95,15 @@ class RunStoreTracker:
         return f"RunStoreTracker(run_dir={self.run_dir!r}, step={self.step}, ended={self.ended!r})"
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def _status(self, state: str | None = None, **fields: Any) -> None:
-        with self._lock:
-            self.writer.set_status(state, **fields)
-
     def pending(self) -> None:
         """The job's process is up (status ``pending`` with its pid)."""
-        self._status("pending", pid=os.getpid())
+        self.life.status(RunState.PENDING, pid=os.getpid())
 
     def started(self, total_steps: int | None, resumed_from: int = 0, **info: Any) -> None:
         """Training begins (after a resume from ``resumed_from``): status running, a heartbeat, a started event."""
-        self.step = resumed_from
-        fields = {"step": resumed_from, "pid": os.getpid()}
-        if total_steps is not None:
-            fields["total_steps"] = int(total_steps)
-        self._status("running", **fields)
+        self.life.running(step=resumed_from, **({} if total_steps is None else {"total_steps": int(total_steps)}))
         if resumed_from == 0:
-            self.writer.log_event("started", step=0, total_steps=total_steps, engine="skyrl", **info)
-        if self._beat is None:
-            self._beat = threading.Thread(target=self._heartbeat_loop, name="run-store-heartbeat", daemon=True)
-            self._beat.start()
-
-    def _heartbeat_loop(self) -> None:
-        while not self._stop_beat.wait(self._heartbeat_s):
-            try:
-                self._status()
-            except OSError:
-                pass
-
-    def _end(self, state: str, **fields: Any) -> bool:
-        """Record the final state once; False when the run already ended."""
-        if self.ended is not None:
-            return False
-        self.ended = state
-        self._stop_beat.set()
-        if self._beat is not None:
-            self._beat.join(timeout=self._heartbeat_s + 5.0)
-        self._status(state, step=self.step, **fields)
-        return True
+            self.life.started(total_steps, engine="skyrl", **info)
 
     # -- SkyRL's tracker interface ------------------------------------------------------------------
     def log(self, data: Mapping[str, Any], step: int, commit: bool = False) -> None:
@@ -138,8 +114,7 @@ class RunStoreTracker:
         evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if step > 0:
             self.writer.log_metrics(step, {**metrics, **dashboard_aliases(metrics, self.policy_gpus)})
-            self.step = max(self.step, int(step))
-            self._status("running", step=self.step)
+            self.life.running(step=max(self.step, int(step)))
         if evals or step == 0:
             self.writer.log_event("eval", step=int(step), **(evals if step > 0 else metrics))
         if self.inner is not None:
@@ -147,17 +122,14 @@ class RunStoreTracker:
 
     def finish(self) -> None:
         """SkyRL's end of training: status succeeded and a finished event (nothing after a failure or stop)."""
-        if self._end("succeeded"):
-            self.writer.log_event("finished", step=self.step, state="succeeded")
+        self.life.succeeded()
         if self.inner is not None:
             self.inner.finish()
 
     def log_exception(self, e: BaseException, step: int = 0) -> None:
         """The run failed: an error event with the traceback, status failed naming the error (once)."""
-        text = f"{type(e).__name__}: {e}"
-        self.step = max(self.step, int(step or 0))
-        if self._end("failed", error=text):
-            self.writer.log_event("error", step=self.step, error=text, traceback=traceback.format_exc()[-10000:])
+        self.life.step = max(self.step, int(step or 0))
+        self.life.failed(e, traceback.format_exc()[-10000:])
         if self.inner is not None:
             self.inner.log_exception(e, step=step)
 
@@ -169,13 +141,11 @@ class RunStoreTracker:
     # -- what the bridge's trainer adds ------------------------------------------------------------------
     def stopped(self) -> None:
         """A requested stop (SIGTERM): status stopped and a finished event."""
-        if self._end("stopped"):
-            self.writer.log_event("finished", step=self.step, state="stopped")
+        self.life.stopped()
 
     def refused(self, message: str) -> None:
         """The job could not start (no SkyRL, a config SkyRL refused): status failed with the one line."""
-        if self._end("failed", error=message):
-            self.writer.log_event("error", step=self.step, error=message)
+        self.life.refused(message)
 
     def checkpoint_saved(self, step: int, path: str) -> None:
         self.writer.log_event("checkpoint_saved", step=int(step), path=str(path))
@@ -439,8 +409,7 @@ def _run(args: argparse.Namespace, run_dir: str, tracker: RunStoreTracker) -> in
         return _refuse(tracker, refusal)
     tracker.writer.truncate_after(start)
     if start:
-        tracker.writer.log_event("resumed", step=start, from_step=start, attempt=attempt_from_env(1),
-                                 path=os.path.join(cfg.trainer.ckpt_path, f"global_step_{start}"))
+        tracker.life.resumed(start, attempt_from_env(1), path=os.path.join(cfg.trainer.ckpt_path, f"global_step_{start}"))
     p = cfg.trainer.placement
     tracker.policy_gpus = max(1, p.policy_num_nodes * p.policy_num_gpus_per_node)
     _describe_run(tracker, cfg)

@@ -13,7 +13,6 @@ data order), so a run resumed from a checkpoint repeats exactly what an uninterr
 from __future__ import annotations
 
 import os
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -21,6 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core.choices import Stage
+from skyrl_core.lifecycle import HEARTBEAT_S, RunLifecycle
 from skyrl_core.store import is_url
 from skyrl_engine import algorithms, checkpoint
 from skyrl_engine.critic import needs_critic
@@ -30,9 +30,6 @@ from skyrl_engine.types import GeneratorOutput, PromptRow, TrainBatch, step_seed
 
 if TYPE_CHECKING:
     from skyrl_engine.workers import Workers
-
-HEARTBEAT_S = 5.0
-
 
 class StopRequested(Exception):
     """Raised in the driver when the job is asked to stop (SIGTERM)."""
@@ -176,20 +173,8 @@ class RLTrainer:
         #: where checkpoints go: a local folder or an object-store URL (staged locally, then uploaded)
         self.ckpt_root = checkpoint.checkpoint_root(t.ckpt_path, str(cfg.run_dir))
         self.global_step = 0
-        self._status_lock = threading.Lock()
-        self._stop_heartbeat = threading.Event()
-
-    # -- status ---------------------------------------------------------------------------------
-    def _status(self, state: str | None = None, **fields: Any) -> None:
-        with self._status_lock:
-            self.writer.set_status(state, **fields)
-
-    def _heartbeat_loop(self) -> None:
-        while not self._stop_heartbeat.wait(HEARTBEAT_S):
-            try:
-                self._status()
-            except OSError:
-                pass
+        #: status (with a heartbeat while training), the started / resumed / finished events, the end once
+        self.life = RunLifecycle(writer, HEARTBEAT_S)
 
     def _rank_records(self) -> dict[str, Any]:
         """A policy or critic on several ranks: each rank's ``{rank, strategy, node_id, pid}`` by role."""
@@ -237,7 +222,7 @@ class RLTrainer:
             self.writer.truncate_after(0)
             attempt = attempt_from_env(0)
             if attempt:  # a resubmission of a run that had nothing to lose: it starts over, and says so
-                self.writer.log_event("resumed", step=0, from_step=0, attempt=attempt, path=None)
+                self.life.resumed(0, attempt, path=None)
             return 0
         step = checkpoint.step_of(ckpt_dir)
         local_dir = checkpoint.fetch(ckpt_dir)
@@ -248,8 +233,7 @@ class RLTrainer:
         logged = {row.get("step") for row in RunReader(self.writer.run_dir).metrics()}
         if step not in logged and state.get("metrics"):
             self.writer.log_metrics(step, state["metrics"])
-        self.writer.log_event("resumed", step=step, from_step=step, attempt=attempt_from_env(earlier + 1),
-                              path=ckpt_dir, **self._rank_records())
+        self.life.resumed(step, attempt_from_env(earlier + 1), path=ckpt_dir, **self._rank_records())
         return step
 
     # -- the loop -------------------------------------------------------------------------------
@@ -268,16 +252,14 @@ class RLTrainer:
 
             raise ResumeRefused(refusal)
         self.writer.write_config(self.cfg)
-        self._status("running", step=0, total_steps=self.total_steps, pid=os.getpid())
-        beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
-        beat.start()
+        self.life.running(step=0, total_steps=self.total_steps)
         try:
             start = self.restore()
             self.global_step = start
-            self._status("running", step=start, total_steps=self.total_steps)
+            self.life.running(step=start, total_steps=self.total_steps)
             if start == 0:
                 started = {**started, **self._rank_records(), "policy_parameters": self.workers.policy_parameters()}
-                self.writer.log_event("started", step=0, total_steps=self.total_steps, **started)
+                self.life.started(self.total_steps, **started)
                 if self.cfg.trainer.eval_before_train and self.val_rows:
                     self.writer.log_event("stage", step=0, stage=Stage.FIRST_EVAL)
                     self.writer.log_event("eval", step=0, **self.evaluate(0))
@@ -289,15 +271,11 @@ class RLTrainer:
             last: dict[str, Any] = {}
             for step, metrics in steps:
                 self.global_step, last = step, metrics
-                self._status("running", step=step)
-            self._status("succeeded", step=self.global_step)
-            self.writer.log_event("finished", step=self.global_step, state="succeeded")
+                self.life.running(step=step)
+            self.life.succeeded()
             return last
         finally:
-            self._stop_heartbeat.set()
-            # A daemon thread still alive when the interpreter finalises is unwound by force, which
-            # aborts the process ("terminate called without an active exception", exit 134).
-            beat.join(timeout=HEARTBEAT_S + 5.0)
+            self.life.close()
 
     def evaluate(self, step: int) -> dict[str, float]:
         """Eval on the val rows with the eval sampling params (seeded by step)."""
@@ -417,14 +395,14 @@ class RLTrainer:
 
     def fail(self, err: BaseException) -> None:
         """Record a failure: status failed with the error, an error event with the traceback, both saying
-        whether a resume can help (``RunWriter.record_failure``)."""
-        with self._status_lock:
-            self.writer.record_failure(err, self.global_step, traceback.format_exc())
+        whether a resume can help (``RunLifecycle.failed``)."""
+        self.life.step = self.global_step
+        self.life.failed(err, traceback.format_exc())
 
     def stopped(self) -> None:
         """Record a requested stop."""
-        self.writer.log_event("finished", step=self.global_step, state="stopped")
-        self._status("stopped", step=self.global_step)
+        self.life.step = self.global_step
+        self.life.stopped()
 
 
 def _timing_metrics(timings: dict[str, float]) -> dict[str, float]:

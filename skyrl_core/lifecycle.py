@@ -1,0 +1,119 @@
+"""A run's lifecycle in its store, recorded one way by skyrl-nb's engine and by the SkyRL bridge alike.
+
+    pending ──running (+ heartbeat every few seconds)──▶ succeeded | stopped | failed
+               started event (step 0) / resumed event              finished event | error event
+
+:class:`RunLifecycle` holds the run's :class:`~skyrl_core.runs.RunWriter`: it sets the status under one lock (the
+training thread and the heartbeat thread both write it), keeps a heartbeat while the run trains, so a reader can
+tell a live run from a lost one, and records the end exactly once. A failure goes through
+``RunWriter.record_failure``, which says whether a resume can help.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import threading
+from typing import Any
+
+from skyrl_core.choices import RunState
+from skyrl_core.runs import RunWriter
+
+HEARTBEAT_S = 5.0
+
+
+class RunLifecycle:
+    """The lifecycle of the run that ``writer`` writes. ``step`` is the last step reported; ``ended`` the final
+    state once recorded (None while the run lives).
+
+    >>> life = RunLifecycle(RunWriter("/tmp/runs/demo"))          # doctest: +SKIP
+    >>> life.running(step=0, total_steps=10); life.started(total_steps=10)  # doctest: +SKIP
+    >>> life.running(step=1); life.succeeded(); life.close()      # doctest: +SKIP
+    """
+
+    def __init__(self, writer: RunWriter, heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.writer = writer
+        self.step = 0
+        self.ended: str | None = None
+        self.heartbeat_s = heartbeat_s
+        self._lock = threading.Lock()
+        self._stop_beat = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def status(self, state: str | None = None, **fields: Any) -> None:
+        """Update status.json (``state`` None: only the heartbeat and the given fields)."""
+        with self._lock:
+            self.writer.set_status(state, **fields)
+
+    def running(self, step: int | None = None, **fields: Any) -> None:
+        """The run trains (at ``step``); the first call starts the heartbeat and records this process's pid."""
+        if step is not None:
+            self.step = int(step)
+            fields["step"] = self.step
+        if self._beat is None:
+            fields.setdefault("pid", os.getpid())
+        self.status(RunState.RUNNING, **fields)
+        if self._beat is None:
+            self._beat = threading.Thread(target=self._heartbeat_loop, name="run-store-heartbeat", daemon=True)
+            self._beat.start()
+
+    def started(self, total_steps: int | None, **info: Any) -> None:
+        """The ``started`` event of a run that begins at step 0 (``info``: what the dashboard shows of it)."""
+        self.writer.log_event("started", step=0, total_steps=total_steps, **info)
+
+    def resumed(self, from_step: int, attempt: int, **info: Any) -> None:
+        """The ``resumed`` event: training continues after ``from_step`` (0: a resubmission that starts over),
+        on the run's ``attempt``-th resume."""
+        self.writer.log_event("resumed", step=int(from_step), from_step=int(from_step), attempt=int(attempt), **info)
+
+    def succeeded(self) -> None:
+        """The run trained every step: status succeeded and a ``finished`` event (once)."""
+        if self._end(RunState.SUCCEEDED):
+            self.writer.log_event("finished", step=self.step, state=RunState.SUCCEEDED.value)
+
+    def stopped(self) -> None:
+        """A requested stop: status stopped and a ``finished`` event (once)."""
+        if self._end(RunState.STOPPED):
+            self.writer.log_event("finished", step=self.step, state=RunState.STOPPED.value)
+
+    def failed(self, err: BaseException, traceback: str | None = None) -> None:
+        """The run failed with ``err``: an ``error`` event with the traceback and status failed, both saying
+        whether a resume can help (``RunWriter.record_failure``); once."""
+        if self.ended is None:
+            self.close()
+            self.ended = RunState.FAILED
+            with self._lock:
+                self.writer.record_failure(err, self.step, traceback)
+
+    def refused(self, message: str) -> None:
+        """The run could not start (one line: a refused config, a missing package): status failed, an error event."""
+        if self._end(RunState.FAILED, error=message):
+            self.writer.log_event("error", step=self.step, error=message)
+
+    def close(self) -> None:
+        """Stop the heartbeat (and wait for its thread: a daemon thread still alive when the interpreter
+        finalises is unwound by force, which aborts the process)."""
+        self._stop_beat.set()
+        if self._beat is not None and self._beat is not threading.current_thread():
+            self._beat.join(timeout=self.heartbeat_s + 5.0)
+
+    def _end(self, state: RunState, **fields: Any) -> bool:
+        if self.ended is not None:
+            return False
+        self.close()
+        self.ended = state
+        self.status(state, step=self.step, **fields)
+        return True
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop_beat.wait(self.heartbeat_s):
+            try:
+                self.status()
+            except OSError:  # a store that hiccups: the next beat tries again
+                pass
+
+    def __repr__(self) -> str:
+        return f"RunLifecycle(run_dir={str(self.writer.run_dir)!r}, step={self.step}, ended={self.ended!r})"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(repr(self))}</code>"
