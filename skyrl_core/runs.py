@@ -1125,7 +1125,8 @@ class RunSummary:
 
     def _repr_html_(self) -> str:
         colour = {"running": "#1f77b4", "succeeded": "#2ca02c", "failed": "#d62728",
-                  "stopped": "#7f7f7f", "lost": "#ff7f0e", DAMAGED: "#8c564b"}.get(self.state, "#555")
+                  "stopped": "#7f7f7f", ReadState.LOST: "#ff7f0e", ReadState.DAMAGED: "#8c564b",
+                  ReadState.NO_STATUS: "#8c564b", ReadState.UNREADABLE: "#8c564b"}.get(self.state, "#555")
         reward = html.escape(self.reward_text())
         err = f"<br><small>{html.escape(self.error.splitlines()[-1])}</small>" if self.error else ""
         err += "".join(f"<br><small>skipped: {html.escape(w)}</small>" for w in self.warnings[:3])

@@ -282,6 +282,33 @@ def test_silent_damage_is_named_by_every_reader(tmp_path: Path, name: str, damag
         insp.close()
 
 
+def test_a_line_being_written_is_not_damage_and_a_missing_newline_loses_nothing(tmp_path: Path) -> None:
+    """While a run is running, a torn last line is a line being written: not named, read once complete. A last
+    line whose newline alone is missing is a whole row: read, and read once when the newline comes."""
+    live = write_run(tmp_path / "live", steps=2, state="running")
+    log = tmp_path / "live" / "metrics.jsonl"
+    reader = RunReader(tmp_path / "live")
+    assert [r["step"] for r in reader.poll()] == [1, 2]
+    with log.open("ab") as f:
+        f.write(b'{"step": 3, "time": 1.5, "reward/avg_')
+    assert reader.poll() == [] and reader.warnings == []
+    with log.open("ab") as f:
+        f.write(b'raw_reward": 0.5}\n')
+    assert [r["step"] for r in reader.poll()] == [3] and reader.warnings == []
+    live.set_status("succeeded", step=3)
+
+    finished = tmp_path / "finished"
+    write_run(finished, steps=3)
+    (finished / "metrics.jsonl").write_bytes((finished / "metrics.jsonl").read_bytes()[:-1])
+    reader = RunReader(finished)
+    assert [r["step"] for r in reader.poll()] == [1, 2, 3] and reader.warnings == []
+    with (finished / "metrics.jsonl").open("ab") as f:
+        f.write(b"\n")
+    assert reader.poll() == []
+    RunWriter(finished).log_metrics(4, {"reward/avg_raw_reward": 0.9})
+    assert [r["step"] for r in reader.poll()] == [4] and reader.warnings == []
+
+
 def test_one_bad_entry_in_a_run_root_hides_no_run(tmp_path: Path) -> None:
     """A symbolic-link loop, a link to the root itself, a dangling link, a stray file and an empty folder in a
     run root: list_runs lists every run, names each entry it could not look at once, and raises nothing."""
