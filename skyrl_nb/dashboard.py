@@ -219,12 +219,12 @@ class Dashboard:
     def refresh(self) -> int:
         """Read what is new in the run store (and the job's state); returns the new metric rows."""
         with self._lock:
-            with self.reader.one_listing():  # one LIST for the three reads, however long they take
+            with self.reader.one_listing():  # one LIST for the reads, however long they take
                 rows = self.reader.poll()
                 events = self.reader.poll_events()
                 status = self.reader.status()
-            if rows and self.series.data["samples"] is None:  # once: the reward band's n (0 when unknown)
-                self.series.data["samples"] = samples_per_step(self.reader.config())
+                if rows and self.series.data["samples"] is None:  # once: the reward band's n (0 when unknown)
+                    self.series.data["samples"] = samples_per_step(self.reader.config())
             self.series.add_rows(rows)
             self.series.add_events(events)
             self.state = LOST if status.get("lost") else str(status.get("state", RunState.PENDING))
