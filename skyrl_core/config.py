@@ -49,6 +49,7 @@ from skyrl_core.choices import (
     Strategy,
     TISRatioType,
 )
+from skyrl_core.errors import ConfigError
 from skyrl_core.registry import (
     ADVANTAGE_ESTIMATORS,
     ENVIRONMENTS,
@@ -72,14 +73,6 @@ BUILTIN_DATASETS = ("builtin://arithmetic/train", "builtin://arithmetic/test", "
 KL_ESTIMATORS, LOSS_REDUCTIONS = tuple(KLEstimator), tuple(LossReduction)
 TIS_RATIO_TYPES, SEQUENCE_MASK_METRICS = tuple(TISRatioType), tuple(SequenceMaskMetric)
 RESUME_MODES, RUN_STATES = tuple(ResumeMode), tuple(RunState)
-
-
-class ConfigError(ValueError):
-    """A config that cannot run. ``problems`` holds one line per problem, each naming its key."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 _BYTES = (bytes, bytearray, memoryview)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from skyrl_core.choices import AdvantageEstimator, Backend, Strategy
+from skyrl_core.errors import ConfigError
 from skyrl_core.store import is_url, join
 
 if TYPE_CHECKING:
@@ -139,8 +140,6 @@ class SkyrlTranslation:
     def check(self) -> SkyrlTranslation:
         """Raise ConfigError (one line per problem) unless SkyRL can take this config; return self."""
         if self.problems:
-            from skyrl_core.config import ConfigError
-
             raise ConfigError(self.problems)
         return self
 
@@ -155,8 +154,6 @@ class SkyrlTranslation:
         """
         self.check()
         if self.run_dir is None:
-            from skyrl_core.config import ConfigError
-
             raise ConfigError(["run.run_id: None has no run directory for the bridge; give run.run_id "
                                "(launch makes one)"])
         flags = ["--run-dir", self.run_dir] + ([] if self.store_token_data else ["--no-token-data"])
@@ -237,7 +234,7 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
         if key in _NOT_SENT:
             out.not_sent[key] = _NOT_SENT[key]
         elif key in _REFUSED_UNLESS_DEFAULT or key.startswith(SKYRL_NB_SECTIONS):
-            default, why = _REFUSED_UNLESS_DEFAULT.get(key) or (_default_of(key), "a skyrl-nb run setting the "
+            default, why = _REFUSED_UNLESS_DEFAULT.get(key) or (_default_of(key, type(cfg)), "a skyrl-nb run setting the "
                                                                                  "bridge does not implement")
             if value != default:
                 out.problems.append(f"{key}: {skyrl_value(value)} is not allowed with run.engine=skyrl: {why}; "
@@ -279,15 +276,13 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
 
 
 @functools.cache
-def _defaults() -> dict[str, Any]:
-    from skyrl_core.config import load_config
-
-    return load_config(None).to_dotted()
+def _defaults(schema: type) -> dict[str, Any]:
+    return schema().to_dotted()
 
 
-def _default_of(key: str) -> Any:
-    """The schema's default at a dotted key of skyrl-nb's config."""
-    return _defaults().get(key)
+def _default_of(key: str, schema: type) -> Any:
+    """The schema's default at a dotted key of skyrl-nb's config (``schema``: the config's class, JobConfig)."""
+    return _defaults(schema).get(key)
 
 
 def _skyrl_only_keys(cfg: JobConfig, run_dir: str | None, change: Any) -> None:
