@@ -51,6 +51,7 @@ from typing import Any
 import yaml
 
 from skyrl_core.choices import FINAL_STATES, ReadState, RunState, values
+from skyrl_core.exports import ExportError, ExportResult
 from skyrl_core.registry import shown
 from skyrl_core.store import Entry, LocalStore, Store, is_url, join, open_store, os_reason, url_problem
 
@@ -444,7 +445,7 @@ class RunWriter:
         that failed before training): an ``error`` event (with the traceback) and status ``failed``, both
         carrying the error line and what it means for a resume (``error_kind``, ``resumable``:
         ``skyrl_core.resume.classify_failure``). Returns the status written."""
-        from skyrl_core.resume import classify_failure
+        from skyrl_core.failures import classify_failure
 
         text = f"{type(err).__name__}: {err}"
         failure = classify_failure(err).fields()
@@ -997,20 +998,35 @@ class RunReader:
             warnings=tuple(self.warnings),
         )
 
-    def export(self, path: str | os.PathLike[str], step: int | None = None) -> Any:
+    def export(self, path: str | os.PathLike[str], step: int | None = None) -> ExportResult:
         """Write checkpoint ``step`` (default: the latest) as a Hugging Face model directory at ``path`` (a new
-        local directory or ``s3://bucket/prefix``); returns the ``ExportResult``. See ``skyrl_engine.export``.
+        local directory or ``s3://bucket/prefix``); returns the :class:`~skyrl_core.exports.ExportResult`.
 
-        Runs here, in this process: it needs the engine installed where the run directory is readable (the
-        engine is imported on the first call only, so reading runs stays light).
+        The engine does it in a process of its own (``python -m skyrl_engine export ... --json``, with this
+        Python), so the kernel never imports torch; it needs the engine installed beside this Python
+        (``pip install 'skyrl-nb[engine]'``). A source, step or destination that cannot be used is
+        :class:`~skyrl_core.exports.ExportError`, one line naming it.
 
         >>> open_run("~/skyrl-runs/my-run").export("~/models/my-run")     # doctest: +SKIP
         """
-        try:
-            from skyrl_engine.export import export_model
-        except ImportError as err:
-            raise RuntimeError(f"export needs the engine (pip install 'skyrl-nb[engine]'): {err}") from None
-        return export_model(self.run_dir, path, step=step)
+        import subprocess
+        import sys
+
+        cmd = [sys.executable, "-m", "skyrl_engine", "export", str(self.run_dir), os.fspath(path), "--json"]
+        if step is not None:
+            cmd += ["--step", str(int(step))]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        lines = done.stdout.strip().splitlines()
+        if done.returncode == 0 and lines:
+            return ExportResult.from_json(lines[-1])
+        errors = [line.strip() for line in done.stderr.strip().splitlines() if line.strip()]
+        if done.returncode == 2:
+            raise ExportError("; ".join(errors) or f"the export of {self.run_id} was refused")
+        if "No module named skyrl_engine" in done.stderr:
+            raise RuntimeError(f"export needs the engine beside this Python ({sys.executable}): pip install "
+                               "'skyrl-nb[engine]'")
+        raise RuntimeError(f"the export of {self.run_id} failed (exit {done.returncode}): "
+                           f"{errors[-1] if errors else 'no output'}")
 
     def __repr__(self) -> str:
         s = self.summary()

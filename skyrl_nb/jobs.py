@@ -261,7 +261,8 @@ class Job:
     def resume_check(self) -> tuple[str | None, bool]:
         """``(resume_problem(), final)``: ``final`` is False while Ray still reports the job running, an answer
         that changes once it ends (Ray's status lags a stop by a moment), True once the job has ended."""
-        from skyrl_core.resume import checkpoint_root, failure_of, resume_problem
+        from skyrl_core.failures import failure_of
+        from skyrl_core.resume import checkpoint_root, resume_problem
 
         state = self.status()
         if state not in ENDED:
@@ -326,7 +327,7 @@ class Job:
 
     def export(self, path: str | os.PathLike[str], step: int | None = None) -> Any:
         """Write checkpoint ``step`` (default: the latest) of this run as a Hugging Face model directory at
-        ``path`` (a new local directory or ``s3://bucket/prefix``): `RunReader.export`, run in this kernel.
+        ``path`` (a new local directory or ``s3://bucket/prefix``): `RunReader.export` (the engine in its own process).
 
         >>> job.export("~/models/my-run")       # doctest: +SKIP
         ExportResult(path='/home/me/models/my-run', step=50, run='my-run', files=8, ...)

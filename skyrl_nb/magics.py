@@ -379,7 +379,7 @@ class SkyrlMagics(Magics):
             raise UsageError(f"%skyrl inspect {run}: {_one_line(f'{type(err).__name__}: {err}')}") from None
 
     def _export(self, args: Any, cell: str | None) -> Any:
-        """The run's checkpoint as a Hugging Face model (`RunReader.export`: the engine runs in this kernel)."""
+        """The run's checkpoint as a Hugging Face model (`RunReader.export`: the engine in a process of its own)."""
         run, path = args.args
         job = self._find_job(run, required=False)
         reader = job.run if job is not None else self._open_run(run)

@@ -16,6 +16,13 @@ import time
 import traceback
 from typing import Any
 
+from skyrl_engine import checkpoint
+from skyrl_engine.async_pipeline import pipeline_mode, staleness_bound
+from skyrl_engine.placement import validate_placement
+from skyrl_engine.prometheus import StepMetricsExporter
+from skyrl_engine.ray_runtime import connect, is_submitted_job
+from skyrl_engine.tracking import Tracking
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_STOPPED = 0, 1, 2, 143
 
 
@@ -31,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="a run directory, a checkpoint root, a global_step_N directory or its policy/")
     p.add_argument("dest", help="a new local directory or s3://bucket/prefix")
     p.add_argument("--step", type=int, default=None, help="the checkpoint's global step (default: the latest)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON line (what RunReader.export reads)")
     return parser
 
 
@@ -74,7 +82,6 @@ def validate(source: str, overrides: list[str]) -> int:
     if cfg is None:
         return EXIT_BAD_CONFIG
     from skyrl_core.packages import answer_here, package_lines, packages_needed
-    from skyrl_engine.placement import validate_placement
 
     # what train would refuse at its start: the placement (skyrl_core.placement; the cluster's size too when run
     # as a job) and the packages the config needs here (vLLM, SkyRL, trackers: skyrl_core.packages)
@@ -89,7 +96,7 @@ def validate(source: str, overrides: list[str]) -> int:
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    from skyrl_engine.trainer import StopRequested
+    from skyrl_engine.trainer import StopRequested  # the train path only: it imports torch
 
     raise StopRequested(f"signal {signum}")
 
@@ -180,9 +187,8 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
     or Ray actors in placement groups); ``trainer.async_one_step`` / ``trainer.fully_async`` pick the
     schedule (synchronous or pipelined).
     """
-    from skyrl_engine.async_pipeline import pipeline_mode, staleness_bound  # the train path only: torch
-    from skyrl_engine.build import build
-    from skyrl_engine.workers import uses_vllm
+    from skyrl_engine.build import build  # the train path only: torch
+    from skyrl_engine.workers import uses_vllm  # the train path only: torch
 
     vllm_python = None
     if uses_vllm(cfg):  # before anything starts: RuntimeError naming SKYRL_VLLM_PYTHON when there is no vLLM
@@ -199,12 +205,10 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
         _log("placement: " + ("colocated on CPU: every role in this process" if cfg.trainer.placement.colocate_all
                               else "every role in this process (no Ray)"))
     _log(f"workers: {engine.workers!r}")
-    from skyrl_engine.tracking import Tracking
 
     held["tracking"] = Tracking(cfg, writer, total_steps)  # trainer.logger: console, mlflow, tensorboard, wandb
     _log(f"trackers: {held['tracking']!r}")
     if cfg.run.prometheus_port is not None:
-        from skyrl_engine.prometheus import StepMetricsExporter
 
         held["prometheus"] = StepMetricsExporter(str(cfg.run.run_id), cfg.run.prometheus_port, total_steps)
         writer.metric_listeners.append(held["prometheus"].observe)
@@ -214,8 +218,7 @@ def _start(cfg, writer, held: dict[str, Any]) -> None:
 
 def _connect_ray(cfg, writer, held: dict[str, Any]) -> bool:
     """Join or start Ray for the actors; False when a run by hand must fall back to this process."""
-    from skyrl_engine.ray_runtime import connect, is_submitted_job
-    from skyrl_engine.workers import uses_vllm
+    from skyrl_engine.workers import uses_vllm  # the train path only: torch
 
     try:
         held["connection"] = connect()
@@ -233,7 +236,6 @@ def _connect_ray(cfg, writer, held: dict[str, Any]) -> bool:
 
 def _final_checkpoint(held: dict[str, Any]) -> str | None:
     """Where the run's newest checkpoint is (a local folder or a URL), for the trackers; None without one."""
-    from skyrl_engine import checkpoint
 
     trainer = held.get("trainer")
     try:
@@ -243,10 +245,11 @@ def _final_checkpoint(held: dict[str, Any]) -> str | None:
     return None if step is None else checkpoint.step_dir(trainer.ckpt_root, step)
 
 
-def export(source: str, dest: str, step: int | None) -> int:
-    """Export a checkpoint (``skyrl_engine.export.export_model``); prints the result line. Exit 0, 2 when the
-    source, step or destination cannot be used (one line on stderr), 1 when the export failed."""
-    from skyrl_engine.export import ExportError, export_model
+def export(source: str, dest: str, step: int | None, as_json: bool = False) -> int:
+    """Export a checkpoint (``skyrl_engine.export.export_model``); prints the result line (``as_json``: the
+    ``ExportResult`` as one JSON line). Exit 0, 2 when the source, step or destination cannot be used (one line on
+    stderr), 1 when the export failed."""
+    from skyrl_engine.export import ExportError, export_model  # the export path only: it imports torch
 
     try:
         result = export_model(source, dest, step=step)
@@ -256,6 +259,9 @@ def export(source: str, dest: str, step: int | None) -> int:
     except Exception:
         traceback.print_exc()
         return EXIT_FAILED
+    if as_json:
+        print(result.to_json())
+        return EXIT_OK
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(result)
@@ -272,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "validate":
         return validate(args.config, args.overrides)
     if args.command == "export":
-        return export(args.source, args.dest, args.step)
+        return export(args.source, args.dest, args.step, args.json)
     return train(args.config, args.overrides)
 
 

@@ -25,7 +25,6 @@ uploaded file by file with boto3 (credentials from the usual boto3 chain; they a
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -33,9 +32,10 @@ import shutil
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from skyrl_core.exports import ExportError, ExportResult
 from skyrl_core.store import is_url
 from skyrl_engine import checkpoint, lora
 from skyrl_engine.gguf_models import special_token_problems
@@ -52,58 +52,6 @@ _SOURCE_KINDS = ("a run directory, a checkpoint root (latest_ckpt_global_step.tx
                  "a global_step_N directory or its policy/ directory (config.json + model.safetensors)")
 # A text with spaces, digits and punctuation: a tokenizer that loads differently encodes it differently.
 _PROBE_TEXT = "Hello, world! 12 + 30 = 42.\nDone?"
-
-
-class ExportError(ValueError):
-    """What was asked cannot be exported: one line naming the argument, its value and what is allowed."""
-
-
-@dataclass(frozen=True)
-class ExportResult:
-    """A model directory written by :func:`export_model`."""
-
-    path: str
-    """Where it is: a local directory or ``s3://bucket/prefix``."""
-    step: int | None
-    """The checkpoint's global step (None for a policy directory outside ``global_step_N``)."""
-    checkpoint: str
-    """The policy directory that was exported."""
-    run_dir: str | None
-    base_model: str | None
-    """``trainer.policy.model.path`` of the run, when its config was found."""
-    files: tuple[str, ...]
-    """Every file written, relative to ``path``."""
-    total_bytes: int
-    adapter: bool = False
-    """True when ``adapter/`` holds the run's LoRA adapter."""
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def run_id(self) -> str | None:
-        return os.path.basename(self.run_dir) if self.run_dir else None
-
-    def _what(self) -> str:
-        step = f"step {self.step}" if self.step is not None else "a policy checkpoint"
-        return f"{step} of run {self.run_id!r}" if self.run_id else step
-
-    def __str__(self) -> str:
-        adapter = " + adapter/" if self.adapter else ""
-        return (f"exported {self._what()} to {self.path}: {len(self.files)} files, "
-                f"{_size(self.total_bytes)} (weights, tokenizer, generation config{adapter})")
-
-    def __repr__(self) -> str:
-        return (f"ExportResult(path={self.path!r}, step={self.step}, run={self.run_id!r}, files={len(self.files)}, "
-                f"size={_size(self.total_bytes)!r}, adapter={self.adapter}, warnings={len(self.warnings)})")
-
-    def _repr_html_(self) -> str:
-        rows = [("model", f"<code>{html.escape(self.path)}</code>"), ("from", html.escape(self._what())),
-                ("checkpoint", f"<code>{html.escape(self.checkpoint)}</code>"),
-                ("base model", f"<code>{html.escape(str(self.base_model))}</code>"),
-                ("files", f"{len(self.files)} ({_size(self.total_bytes)})" + (", adapter/" if self.adapter else ""))]
-        rows += [("warning", f"<span style='color:#b60'>{html.escape(w)}</span>") for w in self.warnings]
-        body = "".join(f"<tr><td style='text-align:left;padding-right:1em'><b>{k}</b></td>"
-                       f"<td style='text-align:left'>{v}</td></tr>" for k, v in rows)
-        return f"<div><b>Exported model</b><table>{body}</table></div>"
 
 
 @dataclass(frozen=True)
@@ -548,13 +496,3 @@ def _upload(client: Any, folder: str, bucket: str, prefix: str, files: tuple[str
         except S3UploadFailedError as err:
             raise RuntimeError(f"dest: upload of {rel} to s3://{bucket}/{key} failed: "
                                f"{' '.join(str(err).split())}") from None
-
-
-def _size(n: float) -> str:
-    if n < 1024:
-        return f"{n:.0f} B"
-    for unit in ("KB", "MB", "GB"):
-        n /= 1024
-        if n < 1024 or unit == "GB":
-            break
-    return f"{n:.1f} {unit}"

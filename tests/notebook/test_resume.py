@@ -26,7 +26,8 @@ def _files(run_dir: Path) -> dict[str, bytes]:
 
 def test_failures_are_sorted_by_whether_a_resume_can_help() -> None:
     from skyrl_core.config import ConfigError
-    from skyrl_core.resume import FailureKind, ResumeRefused, classify_failure, failure_of
+    from skyrl_core.failures import FailureKind, classify_failure, failure_of
+    from skyrl_core.resume import ResumeRefused
 
     class PlacementError(RuntimeError):  # the engine's, by name: the notebook never imports it
         pass
