@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from skyrl_engine.placement import start_private_ray
+    from skyrl_engine.ray_runtime import start_private_ray
 
     run_root = tempfile.mkdtemp(prefix="skyrl-bench-async-")
     temp_dir = start_private_ray(num_cpus=2)

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
 
-    from skyrl_engine.placement import start_private_ray
+    from skyrl_engine.ray_runtime import start_private_ray
 
     start_private_ray(num_cpus=5)
     tmp = tempfile.mkdtemp(prefix="bench-scale-out-")

@@ -32,7 +32,7 @@ def private_ray_cluster(num_cpus: int) -> Iterator[Any]:
     Skips the test when another Ray session is already connected in this process.
     """
     ray = pytest.importorskip("ray")
-    from skyrl_engine.placement import start_private_ray
+    from skyrl_engine.ray_runtime import start_private_ray
 
     if ray.is_initialized():
         pytest.skip("another Ray session is connected in this process")

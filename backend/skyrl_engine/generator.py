@@ -110,6 +110,7 @@ class GeneratorWorker:
         if backend is not None:
             self.backend = backend
         elif generator.inference_engine.backend == Backend.VLLM:
+            # vLLM is an optional dependency, in its own environment
             from skyrl_engine.vllm_engine import VLLMGenerator
 
             kwargs = {"python": vllm_python, "num_threads": num_threads or None, "seed": seed,

@@ -42,6 +42,7 @@ from skyrl_core.placement import (
     placement_problems,
 )
 from skyrl_core.placement import plan_placement as _plan_on
+from skyrl_engine.ray_runtime import is_submitted_job
 
 __all__ = [
     "ClusterResources",
@@ -51,7 +52,6 @@ __all__ = [
     "cluster_resources",
     "plan_placement",
     "refuse_impossible",
-    "start_private_ray",
     "validate_placement",
 ]
 
@@ -94,7 +94,6 @@ def refuse_impossible(plan: PlacementPlan, cluster: ClusterResources | None = No
 def validate_placement(cfg: Any) -> list[str]:
     """What ``python -m skyrl_engine validate`` says of ``cfg``'s placement: on the Ray cluster the process runs
     in (a submitted job), the cluster-size rules too; by hand, the config-only rules ``train`` by hand applies."""
-    from skyrl_engine.ray_runtime import is_submitted_job
 
     if is_submitted_job():
         import ray
@@ -211,50 +210,3 @@ class Placement:
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(repr(self))}</code>"
-
-
-def start_private_ray(
-    num_cpus: int, temp_dir: str | None = None, attempts: int = 3, log_to_driver: bool = False
-) -> str:
-    """Start a private local Ray cluster in this process (tests, benchmarks); return its temp dir.
-
-    Own short temp dir (Ray's socket paths have a length limit), no dashboard, token auth off. On a
-    busy 2-core machine Ray's agents can miss the raylet's start-up deadline, so the start runs at a
-    raised priority (root only; the processes go back to normal afterwards) and is retried.
-    Stop it with ``ray.shutdown()``.
-    """
-    import tempfile
-
-    import ray
-
-    from skyrl_core import procs
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    temp_dir = temp_dir or tempfile.mkdtemp(prefix="skyrl-ray-", dir="/tmp")
-    boost = procs.permitted_nice(-10)
-    last: Exception | None = None
-    for _ in range(attempts):
-        before = procs.children_of("self")
-        if boost:
-            # with sched autogroup, the session's group niceness is what counts
-            procs.nice_with_autogroup("self", boost)
-        try:
-            ray.init(
-                address="local",
-                num_cpus=num_cpus,
-                num_gpus=0,
-                include_dashboard=False,
-                _temp_dir=temp_dir,
-                configure_logging=False,
-                log_to_driver=log_to_driver,
-            )
-            return temp_dir
-        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception on a start-up timeout
-            last = exc
-            ray.shutdown()
-        finally:
-            if boost:
-                procs.nice_with_autogroup("self", 0)
-                for pid in procs.children_of("self") - before:
-                    procs.renice_tree(pid, 0)
-    raise RuntimeError(f"could not start a local Ray cluster in {attempts} attempts: {last}")

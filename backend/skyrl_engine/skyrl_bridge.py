@@ -386,6 +386,7 @@ def _run(args: argparse.Namespace, run_dir: str, tracker: RunStoreTracker) -> in
         from skyrl.train.utils import validate_cfg
         from skyrl.train.utils.utils import initialize_ray
 
+        # SkyRL itself is an optional dependency
         from skyrl_engine.skyrl_classes import BridgeConfig, experiment_class
     except Exception as err:  # noqa: BLE001 - any import failure means: no usable SkyRL here
         return _refuse(tracker, f"SkyRL's trainer does not import in this Python ({sys.version.split()[0]}): "

@@ -26,6 +26,12 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
+from skyrl_engine.critic import CriticWorker, critic_model_path, needs_critic
+from skyrl_engine.generator import GeneratorWorker
+from skyrl_engine.placement import Placement, plan_placement
+from skyrl_engine.policy import PolicyWorker, ReferenceWorker
+from skyrl_engine.tasks import env_configs_from_environ
+
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig, SamplingParams
     from skyrl_engine.types import GeneratorOutput, PromptRow, TrainBatch
@@ -221,8 +227,6 @@ class Workers:
         role in this process only: vLLM's, or all roles in process).
         """
         from skyrl_core.config import critic_ranks, policy_ranks
-        from skyrl_engine.critic import CriticWorker, critic_model_path, needs_critic
-        from skyrl_engine.policy import PolicyWorker, ReferenceWorker
 
         t, g = cfg.trainer, cfg.generator
         threads = int(t.num_threads)
@@ -252,7 +256,6 @@ class Workers:
                 colocated=bool(t.placement.colocate_all),
                 adapter_sync=lora and generator.call("accepts_lora_adapter"),
             )
-        from skyrl_engine.placement import Placement, plan_placement
 
         # PlacementError (one line) when the cluster cannot hold what trainer.placement asks for
         placement = Placement.create(plan_placement(cfg))
@@ -295,8 +298,6 @@ class Workers:
         """The generator role of ``cfg`` (its backend, loop and environments), as :meth:`create` places it:
         in this process without a ``placement``; with one, a Ray actor in its first engine bundle, except
         with vLLM, whose role stays here while its engines are actors in the engine bundles."""
-        from skyrl_engine.generator import GeneratorWorker
-        from skyrl_engine.tasks import env_configs_from_environ
 
         t = cfg.trainer
         kwargs = {"num_threads": int(t.num_threads), "plugins": list(cfg.plugins),

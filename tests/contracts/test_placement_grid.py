@@ -132,7 +132,7 @@ def test_validate_refuses_what_train_would_with_the_forms_words(tmp_path: Any, c
     assert main(["validate", "--config", "quickstart", words, "trainer.placement.colocate_all=false"]) == 0
     assert capsys.readouterr().out.startswith("ok: ")
     # run as a job on a cluster (Ray already joined here): the cluster-size rules as well, the engine's words
-    monkeypatch.setattr(ray_runtime, "is_submitted_job", lambda: True)
+    monkeypatch.setattr(placement, "is_submitted_job", lambda: True)
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(placement, "cluster_resources", lambda: ClusterResources.from_nodes([{"CPU": 2.0}]))
     assert main(["validate", "--config", "quickstart", words, "trainer.placement.colocate_all=false"]) == 2
