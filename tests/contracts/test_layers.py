@@ -1,0 +1,88 @@
+"""The floor plan holds (CONTRIBUTING.md "Layers"): import-linter's contracts in pyproject.toml pass, a wrong
+import fails them with the contract's name, skyrl_core and the engine have no import cycles (counted with grimp),
+and the engine's imports made inside functions are few, each saying why."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"skyrl_core": "skyrl_core", "skyrl_nb": "skyrl_nb", "skyrl_engine": "backend/skyrl_engine",
+            "skyrl_widgets": "widgets/skyrl_widgets"}
+# Runs import-linter on the packages under the given folders (first on sys.path, so a copy shadows the install).
+LINT = """
+import sys
+sys.path[:0] = sys.argv[1:]
+sys.argv = ["lint-imports", "--no-cache"]
+from importlinter.cli import lint_imports_command
+lint_imports_command()
+"""
+MAX_ENGINE_LAZY_IMPORTS = 20
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    folders = [str(root), str(root / "backend"), str(root / "widgets")]
+    return subprocess.run([sys.executable, "-c", LINT, *folders], capture_output=True, text=True, timeout=300,
+                          cwd=root)
+
+
+def test_import_contracts_hold_and_a_wrong_import_breaks_them_by_name(tmp_path: Path) -> None:
+    done = _lint(ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "Contracts: 3 kept, 0 broken." in done.stdout, done.stdout[-2000:]
+
+    # the same tree with one arrow pointing up: skyrl_core importing the notebook side
+    copy = tmp_path / "tree"
+    for name, rel in PACKAGES.items():
+        shutil.copytree(ROOT / rel, copy / rel, ignore=shutil.ignore_patterns("__pycache__", "static"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    choices = copy / "skyrl_core" / "choices.py"
+    choices.write_text(choices.read_text() + "\nimport skyrl_nb.jobs  # noqa: E402,F401 - the wrong arrow\n")
+    broken = _lint(copy)
+    assert broken.returncode != 0
+    assert "layers: skyrl_nb on top" in broken.stdout and "BROKEN" in broken.stdout
+    assert "skyrl_core.choices -> skyrl_nb.jobs" in broken.stdout
+
+
+def test_no_import_cycles_in_skyrl_core_or_the_engine() -> None:
+    grimp = pytest.importorskip("grimp")
+    import networkx as nx
+
+    graph = grimp.build_graph("skyrl_core", "skyrl_engine", cache_dir=None, exclude_type_checking_imports=True)
+    for package in ("skyrl_core", "skyrl_engine"):
+        edges = nx.DiGraph()
+        for module in graph.find_children(package) | {package}:
+            for imported in graph.find_modules_directly_imported_by(module):
+                if imported.split(".")[0] == package:
+                    edges.add_edge(module, imported)
+        cycles = [sorted(c) for c in nx.strongly_connected_components(edges) if len(c) > 1]
+        assert cycles == [], f"import cycles in {package}: {cycles}"
+
+
+def _engine_imports_inside_functions() -> list[tuple[str, int, str]]:
+    """``(file, line, module)`` of every import of the engine made inside one of its functions."""
+    found = []
+    for path in sorted((ROOT / "backend" / "skyrl_engine").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "skyrl_engine":
+                    found.append((path.name, node.lineno, node.module))
+    return sorted(set(found))
+
+
+def test_the_engine_imports_itself_inside_functions_rarely_and_says_why() -> None:
+    lazy = _engine_imports_inside_functions()
+    assert len(lazy) < MAX_ENGINE_LAZY_IMPORTS, "\n".join(f"{f}:{n} {m}" for f, n, m in lazy)
+    for file, line, module in lazy:
+        lines = (ROOT / "backend" / "skyrl_engine" / file).read_text().splitlines()
+        said = lines[line - 1] + lines[line - 2]  # the import's own line or the one above it
+        assert "#" in said, f"{file}:{line}: `from {module} import ...` inside a function says no reason"
