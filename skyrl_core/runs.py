@@ -422,11 +422,11 @@ class RunWriter:
                 raise ValueError(f"state: {state!r} is not allowed; allowed: {', '.join(STATES)}")
             state = RunState(state).value
             self._status["state"] = state
-            if state == "running" and not self._status.get("started_at"):
+            if state == RunState.RUNNING and not self._status.get("started_at"):
                 self._status["started_at"] = time.time()
             if state in FINAL_STATES:
                 self._status["ended_at"] = time.time()
-            elif state == "running":
+            elif state == RunState.RUNNING:
                 self._status["ended_at"] = None
                 self._status["error"] = None
                 for name in _FAILURE_FIELDS:  # an earlier attempt's failure is not this one's
@@ -452,7 +452,7 @@ class RunWriter:
         at = {} if step is None else {"step": int(step)}
         self.log_event("error", step=at.get("step", self._status.get("step") or 0), error=text, traceback=traceback,
                        **failure)
-        return self.set_status("failed", error=text, **at, **failure)
+        return self.set_status(RunState.FAILED, error=text, **at, **failure)
 
     def reset(self) -> None:
         """Start the run over: forget metrics, events, trajectories and status (checkpoints are kept)."""
@@ -901,7 +901,7 @@ class RunReader:
                 self._warn(f"status.json is missing; the run is shown as {ReadState.NO_STATUS.value} "
                            "(its state is unknown)")
         beat = status.get("heartbeat")
-        status["lost"] = bool(status.get("state") == "running" and beat and time.time() - beat > HEARTBEAT_STALE_S)
+        status["lost"] = bool(status.get("state") == RunState.RUNNING and beat and time.time() - beat > HEARTBEAT_STALE_S)
         return status
 
     def poll(self) -> list[dict[str, Any]]:
@@ -1140,8 +1140,8 @@ class RunSummary:
                 f"reward {self.reward_text()}{skipped}")
 
     def _repr_html_(self) -> str:
-        colour = {"running": "#1f77b4", "succeeded": "#2ca02c", "failed": "#d62728",
-                  "stopped": "#7f7f7f", ReadState.LOST: "#ff7f0e", ReadState.DAMAGED: "#8c564b",
+        colour = {RunState.RUNNING: "#1f77b4", RunState.SUCCEEDED: "#2ca02c", RunState.FAILED: "#d62728",
+                  RunState.STOPPED: "#7f7f7f", ReadState.LOST: "#ff7f0e", ReadState.DAMAGED: "#8c564b",
                   ReadState.NO_STATUS: "#8c564b", ReadState.UNREADABLE: "#8c564b"}.get(self.state, "#555")
         reward = html.escape(self.reward_text())
         err = f"<br><small>{html.escape(self.error.splitlines()[-1])}</small>" if self.error else ""

@@ -27,6 +27,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 from traitlets import Bool, Integer, Unicode
 
+from skyrl_core.choices import RunState
+
 #: Each command and what it does (`%skyrl -h` prints these).
 COMMAND_HELP = {
     "launch": "[--preset P] [--run-id ID] [--engine skyrl_nb|skyrl] [--dry-run] [key=value ...]: validate a "
@@ -340,7 +342,7 @@ class SkyrlMagics(Magics):
                     runs[path] = dataclasses.replace(reader.summary(), reward=reader.reward_change())
             except Exception:  # a damaged run of ours must not hide the others
                 continue
-        live = [path for path, s in runs.items() if s.state in ("pending", "running")]
+        live = [path for path, s in runs.items() if s.state in (RunState.PENDING, RunState.RUNNING)]
         if any(path not in jobs for path in live):
             jobs = {**self._cluster_jobs(), **jobs}
         for path in live:

@@ -23,6 +23,7 @@ import os
 import tempfile
 from typing import Any
 
+from skyrl_core.choices import RunState
 from skyrl_core.store import is_url
 
 RUN_ID_TAG = "skyrl_nb.run_id"
@@ -111,7 +112,7 @@ class MlflowTracker:
         self.client.set_tag(run_id, "skyrl_nb.state", state)
         if checkpoint:
             self.client.set_tag(run_id, "skyrl_nb.final_checkpoint", checkpoint)
-        status = {"succeeded": "FINISHED", "stopped": "KILLED"}.get(state, "FAILED")
+        status = {RunState.SUCCEEDED: "FINISHED", RunState.STOPPED: "KILLED"}.get(state, "FAILED")
         self.client.set_terminated(run_id, status=status)
 
 
@@ -150,7 +151,7 @@ class WandbTracker:
 
     def finish(self, state: str, checkpoint: str | None) -> None:
         self.run.summary["skyrl_nb.state"] = state
-        self.run.finish(exit_code=0 if state == "succeeded" else 1)
+        self.run.finish(exit_code=0 if state == RunState.SUCCEEDED else 1)
 
 
 TRACKERS = {"console": ConsoleTracker, "mlflow": MlflowTracker, "tensorboard": TensorboardTracker,

@@ -178,7 +178,7 @@ class RankGroup(Role):
         rank = dead[0] if dead else min(errors)
         err = errors[rank]
         last_line = (str(err).strip().splitlines() or [""])[-1][:300]
-        what = "died (its process exited)" if dead else "failed"
+        what = "died (its process exited)" if dead else "failed"  # not a run state: what the rank did
         return RuntimeError(f"{self.name}: rank {rank} {what}: {type(err).__name__}: {last_line}")
 
     def submit(self, method: str, *args: Any) -> Any:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core.choices import RunState
+
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
     from skyrl_core.memory import MemoryEstimate, RankCapacity
@@ -419,7 +421,7 @@ class Cluster:
 
         writer = RunWriter(run_dir)
         writer.write_config(cfg)
-        writer.set_status("pending", step=0, total_steps=cfg.total_steps())
+        writer.set_status(RunState.PENDING, step=0, total_steps=cfg.total_steps())
         return writer
 
     def jobs(self) -> list[Job]:

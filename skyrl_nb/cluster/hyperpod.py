@@ -243,7 +243,7 @@ Progress = Callable[[RayClusterStatus, float], None]
 
 
 def _print_progress(status: RayClusterStatus, elapsed: float) -> None:
-    print(f"[{elapsed:5.0f}s] {status.name}: {status.state or 'pending'}, "
+    print(f"[{elapsed:5.0f}s] {status.name}: {status.state or 'pending'}, "  # not a run state: the RayCluster's
           f"workers {status.ready_workers}/{status.desired_workers} ready", flush=True)
 
 
@@ -430,14 +430,14 @@ class HyperPodRayCluster:
                 last_line = line
             if st.ready:
                 return st
-            if st.state == "failed":
+            if st.state == "failed":  # not a run state: the RayCluster's
                 raise ClusterNotReady(f"RayCluster {self.namespace}/{self.name} failed: {st.stuck()}",
                                       stuck=st.stuck(), status=st)
             if elapsed + poll_s > timeout:
                 stuck = st.stuck()
                 raise ClusterNotReady(
                     f"RayCluster {self.namespace}/{self.name} not ready after {elapsed:.0f}s "
-                    f"(state {st.state or 'pending'!r}, workers {st.ready_workers}/{st.desired_workers}): "
+                    f"(state {st.state or 'pending'!r}, workers {st.ready_workers}/{st.desired_workers}): "  # not a run state: the RayCluster's
                     f"{stuck}", stuck=stuck, status=st)
             time.sleep(poll_s)
 
@@ -688,7 +688,7 @@ class RayClusterSummary:
     created: str
 
     def __repr__(self) -> str:
-        return (f"RayClusterSummary({self.namespace}/{self.name}: {self.state or 'pending'}, "
+        return (f"RayClusterSummary({self.namespace}/{self.name}: {self.state or 'pending'}, "  # not a run state: the RayCluster's
                 f"workers {self.ready_workers}/{self.desired_workers}, GPUs {self.gpus})")
 
     def _repr_html_(self) -> str:

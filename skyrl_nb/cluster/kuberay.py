@@ -382,14 +382,14 @@ class RayClusterStatus:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for widgets."""
         return {
-            "name": self.name, "namespace": self.namespace, "state": self.state or "pending",
+            "name": self.name, "namespace": self.namespace, "state": self.state or "pending",  # not a run state: the RayCluster's
             "ready_workers": self.ready_workers, "desired_workers": self.desired_workers,
             "gpus": self.desired_gpus, "groups": dict(self.groups),
             "pods": [p.__dict__ for p in self.pods],
         }
 
     def __repr__(self) -> str:
-        return (f"RayClusterStatus({self.namespace}/{self.name}: state={self.state or 'pending'!r}, "
+        return (f"RayClusterStatus({self.namespace}/{self.name}: state={self.state or 'pending'!r}, "  # not a run state: the RayCluster's
                 f"workers {self.ready_workers}/{self.desired_workers} ready, GPUs={self.desired_gpus}, "
                 f"pods={len(self.pods)})")
 
@@ -400,6 +400,6 @@ class RayClusterStatus:
             for p in self.pods
         )
         return (f"<b>RayCluster {escape(self.namespace)}/{escape(self.name)}</b>: "
-                f"<code>{escape(self.state or 'pending')}</code>, workers {self.ready_workers}/"
+                f"<code>{escape(self.state or 'pending')}</code>, workers {self.ready_workers}/"  # not a run state: the RayCluster's
                 f"{self.desired_workers} ready, {self.desired_gpus} GPUs<table><tr><th>pod</th><th>group</th>"
                 f"<th>phase</th><th>ready</th><th>GPUs</th><th>waiting on</th></tr>{rows}</table>")

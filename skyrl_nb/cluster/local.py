@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_core import procs
+from skyrl_core.choices import RunState
 from skyrl_core.frontend import widget_frontend
 from skyrl_core.runs import atomic_write_text
 from skyrl_nb.cluster.base import Cluster, display_dashboard_url, read_token_file
@@ -237,13 +238,13 @@ class LocalCluster(Cluster):
         """
         if self.running:
             try:
-                stopping = [job for job in self.jobs() if job.status() in ("pending", "running")]
+                stopping = [job for job in self.jobs() if job.status() in (RunState.PENDING, RunState.RUNNING)]
                 for job in stopping:
                     job.stop()
                 deadline = time.time() + timeout
                 while stopping and time.time() < deadline:
                     time.sleep(0.2)
-                    stopping = [job for job in stopping if job.status() in ("pending", "running")]
+                    stopping = [job for job in stopping if job.status() in (RunState.PENDING, RunState.RUNNING)]
             except Exception:  # the head may already be half gone; stopping it is what matters
                 pass
             for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
@@ -277,7 +278,7 @@ class LocalCluster(Cluster):
         return super().__repr__().replace("auth=token)", "token: hidden — cluster.dashboard_token())")
 
     def _repr_rows(self) -> list[tuple[str, str]]:
-        state = "running" if self.running else "stopped"
+        state = "running" if self.running else "stopped"  # not a run state: the Ray head's
         rows = [("token", "hidden — <code>cluster.dashboard_token()</code> gives the one the dashboard asks for")
                 if key == "auth" else (key, value) for key, value in super()._repr_rows()]
         return rows + [("head", f"pid {self.pid}, {self.num_cpus} CPUs, {state}"),

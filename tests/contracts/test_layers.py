@@ -86,3 +86,39 @@ def test_the_engine_imports_itself_inside_functions_rarely_and_says_why() -> Non
         lines = (ROOT / "backend" / "skyrl_engine" / file).read_text().splitlines()
         said = lines[line - 1] + lines[line - 2]  # the import's own line or the one above it
         assert "#" in said, f"{file}:{line}: `from {module} import ...` inside a function says no reason"
+
+
+RUN_STATE_WORDS = {"pending", "running", "succeeded", "failed", "stopped", "lost", "damaged", "no_status", "unreadable"}
+PRODUCT = ("skyrl_core", "skyrl_nb", "widgets/skyrl_widgets", "backend/skyrl_engine")
+
+
+def _state_literals(path: Path) -> list[tuple[int, str]]:
+    """String constants in ``path`` spelling a run state, outside docstrings and field names (``d["lost"]``,
+    ``d.get("lost")``: the status' flag of that name)."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            skip.add(id(body[0].value))
+        if isinstance(node, ast.Subscript):
+            skip.add(id(node.slice))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+            skip.add(id(node.args[0]))
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in RUN_STATE_WORDS and id(node) not in skip]
+
+
+def test_run_states_are_spelled_only_in_skyrl_cores_enums() -> None:
+    """Every run state the product writes or compares is ``RunState`` / ``ReadState`` (skyrl_core.choices); a word
+    that spells one in another sense (a RayCluster's state) says so on its line."""
+    found = []
+    for root in PRODUCT:
+        for path in sorted((ROOT / root).rglob("*.py")):
+            if path.relative_to(ROOT).as_posix() == "skyrl_core/choices.py":
+                continue
+            lines = path.read_text().splitlines()
+            found += [f"{path.relative_to(ROOT)}:{n}: {word!r}" for n, word in _state_literals(path)
+                      if "not a run state" not in lines[n - 1]]
+    assert found == [], "run-state literals outside skyrl_core.choices:\n" + "\n".join(found)

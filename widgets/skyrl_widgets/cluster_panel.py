@@ -15,7 +15,7 @@ import ipywidgets as w
 
 Snapshot = dict[str, Any]
 
-_STATE_COLOURS = {"ready": "#1a7f37", "failed": "#cf222e", "suspended": "#9a6700"}
+_STATE_COLOURS = {"ready": "#1a7f37", "failed": "#cf222e", "suspended": "#9a6700"}  # not a run state: a RayCluster's (KubeRay's words)
 
 
 def _hyperpod_html(hp: dict[str, Any] | None) -> str:
@@ -40,7 +40,7 @@ def _raycluster_html(snap: Snapshot) -> str:
     title = f"RayCluster {escape(snap.get('namespace', ''))}/{escape(snap.get('name', ''))}"
     if not rc:
         return f"<b>{title}</b>: <code>not created</code>"
-    state = rc.get("state") or "pending"
+    state = rc.get("state") or "pending"  # not a run state: the RayCluster's
     colour = _STATE_COLOURS.get(state, "#57606a")
     pods = "".join(
         f"<tr><td>{escape(p['name'])}</td><td>{escape(p['group'])}</td><td>{escape(p['phase'])}</td>"
@@ -156,7 +156,7 @@ def start_progress_html(title: str, stages: list[tuple[str, float]], seconds: fl
         mark = ("✔" if ok else "✖") if last and done else ("⏳" if last else "✔")
         rows.append(f"<div><span style='display:inline-block;width:1.4em'>{mark}</span>{escape(text)} "
                     f"<span style='color:var(--jp-ui-font-color2, #757575)'>{at:.1f} s</span></div>")
-    state = ("up" if ok else "failed") if done else "starting"
+    state = ("up" if ok else "failed") if done else "starting"  # not a run state: the cluster start's
     return (f"<div style='font-family:var(--jp-ui-font-family, sans-serif);font-size:13px;"
             f"color:var(--jp-ui-font-color1, #222)'><b>{escape(title)}</b> {state} &middot; "
             f"{seconds:.0f} s{''.join(rows)}</div>")

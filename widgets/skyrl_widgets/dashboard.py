@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skyrl_core.choices import ReadState, RunState
 from skyrl_widgets.axes import reward_range, step_axis, value_axis
 
 
@@ -55,9 +56,9 @@ TIMING_PARTS = (
 )
 #: A run state's colour (chips, the static header).
 STATE_COLOURS = {
-    "running": REWARD_COLOUR, "succeeded": PASS_COLOUR, "failed": Colour("--jp-error-color1", "#d32f2f"),
-    "stopped": Colour("--jp-ui-font-color2", "#757575"), "pending": Colour("--jp-ui-font-color2", "#757575"),
-    "lost": EVAL_COLOUR, "damaged": Colour("--jp-error-color1", "#d32f2f"),
+    RunState.RUNNING: REWARD_COLOUR, RunState.SUCCEEDED: PASS_COLOUR, RunState.FAILED: Colour("--jp-error-color1", "#d32f2f"),
+    RunState.STOPPED: Colour("--jp-ui-font-color2", "#757575"), RunState.PENDING: Colour("--jp-ui-font-color2", "#757575"),
+    ReadState.LOST: EVAL_COLOUR, ReadState.DAMAGED: Colour("--jp-error-color1", "#d32f2f"),
 }
 
 
@@ -154,8 +155,8 @@ def progress_html(state: str, step: int, total: int | None, eta_s: float | None,
     """The header as HTML, for front ends without widgets: state, step / total, the stage before step 1,
     elapsed time and ETA, the policy's parameters (``model``: the started event's counts), the last error
     when there is one, and one line per thing the run reader skipped (``warnings``)."""
-    colour = STATE_COLOURS.get(state, STATE_COLOURS["pending"]).css()
-    eta = "" if eta_s is None or state != "running" else f" &middot; ETA {format_seconds(eta_s)}"
+    colour = STATE_COLOURS.get(state, STATE_COLOURS[RunState.PENDING]).css()
+    eta = "" if eta_s is None or state != RunState.RUNNING else f" &middot; ETA {format_seconds(eta_s)}"
     params = f" &middot; {html.escape(parameters_text(model))}" if model else ""
     now = f" &middot; {html.escape(stage)}" if stage else ""
     took = f" &middot; {html.escape(elapsed)}" if elapsed else ""
@@ -163,7 +164,7 @@ def progress_html(state: str, step: int, total: int | None, eta_s: float | None,
              f"{eta}{params}"]
     if error:
         last = str(error).strip().splitlines()[-1] if str(error).strip() else str(error)
-        parts.append(f"<div style='color:{STATE_COLOURS['failed'].css()};font-family:monospace;"
+        parts.append(f"<div style='color:{STATE_COLOURS[RunState.FAILED].css()};font-family:monospace;"
                      f"white-space:pre-wrap'>{html.escape(last[:400])}</div>")
     warn = EVAL_COLOUR.css()
     parts.extend(f"<div style='color:{warn};font-size:0.9em'>skipped: {html.escape(line[:300])}</div>"

@@ -17,6 +17,8 @@ from typing import Any
 import anywidget
 import traitlets
 
+from skyrl_core.choices import RunState
+
 _STATIC = Path(__file__).parent / "static"
 #: What the buttons may ask for.
 ACTIONS = ("stop", "resume", "new_run", "logs")
@@ -34,7 +36,7 @@ class RunHeader(anywidget.AnyWidget):
     _css = _STATIC / "run_header.css"
 
     run_id = traitlets.Unicode("").tag(sync=True)
-    state = traitlets.Unicode("pending").tag(sync=True)
+    state = traitlets.Unicode(RunState.PENDING.value).tag(sync=True)
     note = traitlets.Unicode("").tag(sync=True)
     """Beside the state: ``resumed from step 30 (attempt 1)``, or why the run cannot be resumed."""
     step = traitlets.Int(0).tag(sync=True)
