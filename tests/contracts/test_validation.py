@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from skyrl_core import config as config_module
+from skyrl_core import checks as checks_module
+from skyrl_core import keys as keys_module
 from skyrl_core.config import PRESETS, JobConfig, all_keys, check_config, config_problems
 from skyrl_core.runs import run_id_problem
 from skyrl_engine.__main__ import main
@@ -19,7 +20,7 @@ def _lines(*overrides: str, source: str = "quickstart") -> list[str]:
 
 
 def _keys_of(kind: type) -> list[str]:
-    return [k for k in all_keys() if config_module._scalar_kind(_section_of(k), k.rsplit(".", 1)[-1]) is kind]
+    return [k for k in all_keys() if keys_module._scalar_kind(_section_of(k), k.rsplit(".", 1)[-1]) is kind]
 
 
 def _section_of(key: str) -> type:
@@ -133,7 +134,7 @@ def test_every_model_path_is_checked(tmp_path: Path) -> None:
 
 
 def test_env_class_without_skyrl_gym(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_module, "environment_names", lambda: None)
+    monkeypatch.setattr(checks_module, "environment_names", lambda: None)
     for bad in ("''", "😀", "a b", '"a\\0b"'):
         (line,) = _lines(f"environment.env_class={bad}")
         assert line.startswith("environment.env_class: ") and "not an environment name" in line
@@ -233,7 +234,7 @@ ORPHANS = [
 
 
 def test_orphan_and_contradicting_keys_are_refused() -> None:
-    assert {row[0].split("=")[0] for row in ORPHANS} == {rule[0] for rule in config_module._MODE_KEYS}
+    assert {row[0].split("=")[0] for row in ORPHANS} == {rule[0] for rule in checks_module._MODE_KEYS}
     for setting, off, on in ORPHANS:
         key = setting.split("=")[0]
         (line,) = _lines(setting, *off)
