@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from skyrl_core import runs
+from skyrl_core import run_files, runs
 from skyrl_core.runs import RunReader, RunWriter, list_runs, run_root_problem
 
 
@@ -58,7 +58,7 @@ def test_roundtrip_poll_and_parts(s3: Any) -> None:
 
 
 def test_segments_roll_and_resume_truncation(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runs, "SEGMENT_BYTES", 400)  # a few rows per segment
+    monkeypatch.setattr(run_files, "SEGMENT_BYTES", 400)  # a few rows per segment
     root = _root(s3)
     writer = RunWriter(f"{root}/r")
     writer.log_event("started", step=0)
