@@ -24,7 +24,6 @@ from skyrl_core.store import Entry, LocalStore, Store, is_url, join, os_reason, 
 STATES = values(RunState)
 
 
-REWARD_KEY = "reward/avg_raw_reward"
 
 
 PART_RE = re.compile(r"^step_(\d{6,})\.parquet$")

@@ -53,6 +53,7 @@ import yaml
 
 from skyrl_core.choices import FINAL_STATES, ReadState, RunState, values
 from skyrl_core.exports import ExportError, ExportResult
+from skyrl_core.metric_names import REWARD_KEY
 from skyrl_core.registry import shown
 from skyrl_core.run_files import (
     _SEGMENT_RE,
@@ -61,7 +62,6 @@ from skyrl_core.run_files import (
     PART_CORE,
     PART_RE,
     PART_TYPES,
-    REWARD_KEY,
     REWARD_WINDOW,
     RUN_ID_PATTERN,
     SEGMENT_BYTES,

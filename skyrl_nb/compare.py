@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_core.frontend import widget_frontend
-from skyrl_core.runs import REWARD_KEY, RunReader
+from skyrl_core.metric_names import EVAL_SCORE_KEY, REWARD_KEY, REWARD_STD_KEY, pass_at_n
+from skyrl_core.runs import RunReader
 from skyrl_widgets.inspector_data import finite
 
 DEFAULT_METRICS = (REWARD_KEY,)
 #: What a metric key reads as, in a panel's title (the key itself stays beneath, small).
 METRIC_LABELS = {
-    REWARD_KEY: "reward (mean)", "reward/std_raw_reward": "reward spread (std)", "eval/all/avg_score": "eval score",
+    REWARD_KEY: "reward (mean)", REWARD_STD_KEY: "reward spread (std)", EVAL_SCORE_KEY: "eval score",
     "policy/policy_kl": "KL to the reference", "policy/policy_loss": "policy loss", "policy/policy_entropy": "entropy",
     "policy/grad_norm": "gradient norm", "policy/lr": "learning rate", "trainer/tokens_per_second": "tokens / s",
     "timing/step": "step time (s)", "generate/avg_num_tokens": "completion length (tokens)",
@@ -45,8 +46,8 @@ def metric_label(key: str) -> str:
     last part in words."""
     if key in METRIC_LABELS:
         return METRIC_LABELS[key]
-    if key.startswith("reward/avg_pass_at_"):
-        return "pass@" + key.rsplit("_", 1)[-1]
+    if (n := pass_at_n(key)) is not None:
+        return f"pass@{n}"
     return key.rsplit("/", 1)[-1].replace("_", " ")
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import html
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from typing import Any
 
 from skyrl_core.choices import FINAL_STATES, RunState
 from skyrl_core.frontend import widget_frontend
+from skyrl_core.metric_names import EVAL_SCORE_KEY, REWARD_KEY, REWARD_STD_KEY, pass_at_n
 from skyrl_nb.jobs import LOST
 
 __all__ = ["Dashboard", "RunSeries", "dashboard", "job_display", "open_inspector", "widget_frontend"]
@@ -41,7 +41,6 @@ __all__ = ["Dashboard", "RunSeries", "dashboard", "job_display", "open_inspector
 # states after which a run may continue (Resume), or says why it cannot (the header's note, New run)
 RESUMABLE_STATES = (RunState.STOPPED, RunState.FAILED, LOST)
 
-_PASS_RE = re.compile(r"^reward/avg_pass_at_(\d+)$")
 
 
 # ----------------------------------------------------------------------------- series from rows
@@ -75,19 +74,19 @@ class RunSeries:
                 self._truncate(step)
             d["step"].append(step)
             self.times.append(row.get("time") or time.time())
-            d["reward_mean"].append(row.get("reward/avg_raw_reward"))
-            d["reward_std"].append(row.get("reward/std_raw_reward"))
+            d["reward_mean"].append(row.get(REWARD_KEY))
+            d["reward_std"].append(row.get(REWARD_STD_KEY))
             pass_value = None
             for key, value in row.items():
-                m = _PASS_RE.match(key)
-                if m:
-                    d["pass_n"] = int(m.group(1))
+                n = pass_at_n(key)
+                if n is not None:
+                    d["pass_n"] = n
                     pass_value = value
             d["pass_at"].append(pass_value)
             d["tokens_per_s"].append(row.get("trainer/tokens_per_second"))
             for name in d["timing"]:
                 d["timing"][name].append(row.get(f"timing/{name}"))
-            score = row.get("eval/all/avg_score")
+            score = row.get(EVAL_SCORE_KEY)
             if score is not None:
                 self._add_eval(step, score)
         return len(rows)

@@ -37,6 +37,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core.metric_names import REWARD_KEY
+
 if TYPE_CHECKING:
     from skyrl_core.config import DynamicSamplingConfig, OverlongBufferConfig, SamplingParams
     from skyrl_engine.types import GeneratorOutput, PromptRow
@@ -311,7 +313,7 @@ class DynamicSampler:
                 {k: v for k, v in c.items() if k != "discarded_reason"} for c in (first.sample_columns or [])
             ] or None)
         metrics = {
-            "reward/avg_raw_reward": sum(all_rewards) / max(1, len(all_rewards)),
+            REWARD_KEY: sum(all_rewards) / max(1, len(all_rewards)),
             "dynamic_sampling/sample_batches": float(batches),
             "dynamic_sampling/groups_filtered": float(groups_filtered),
             "dynamic_sampling/groups_replaced": float(groups_replaced),

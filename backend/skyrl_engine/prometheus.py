@@ -21,10 +21,10 @@ run store's writer (``RunWriter.metric_listeners``), so every metrics line writt
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-_PASS_RE = re.compile(r"^reward/avg_pass_at_(\d+)$")
+from skyrl_core.metric_names import REWARD_KEY, REWARD_STD_KEY, pass_at_n
+
 #: Every metric name the exporter serves (the Grafana JSON's panels may name only these).
 METRIC_NAMES = ("skyrl_step", "skyrl_total_steps", "skyrl_reward_mean", "skyrl_reward_std", "skyrl_pass_at_n",
                 "skyrl_eval_score", "skyrl_tokens_per_second", "skyrl_step_time_seconds", "skyrl_staleness_steps",
@@ -64,7 +64,7 @@ class StepMetricsExporter:
         """Set the gauges from one metrics row (a ``RunWriter.metric_listeners`` callback)."""
         rid, g = self.run_id, self._g
         g["skyrl_step"].labels(rid).set(step)
-        simple = {"reward/avg_raw_reward": "skyrl_reward_mean", "reward/std_raw_reward": "skyrl_reward_std",
+        simple = {REWARD_KEY: "skyrl_reward_mean", REWARD_STD_KEY: "skyrl_reward_std",
                   "eval/all/avg_score": "skyrl_eval_score", "trainer/tokens_per_second": "skyrl_tokens_per_second"}
         for key, value in row.items():
             if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -75,8 +75,8 @@ class StepMetricsExporter:
                 g["skyrl_step_time_seconds"].labels(rid, key[len("timing/"):]).set(value)
             elif key.startswith("async/staleness_"):
                 g["skyrl_staleness_steps"].labels(rid, key[len("async/staleness_"):]).set(value)
-            elif m := _PASS_RE.match(key):
-                g["skyrl_pass_at_n"].labels(rid, m.group(1)).set(value)
+            elif (n := pass_at_n(key)) is not None:
+                g["skyrl_pass_at_n"].labels(rid, str(n)).set(value)
         self._memory()
 
     def _memory(self) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyrl_core.choices import Stage
 from skyrl_core.lifecycle import HEARTBEAT_S, RunLifecycle
+from skyrl_core.metric_names import REWARD_KEY, REWARD_STD_KEY, pass_at_key
 from skyrl_core.store import is_url
 from skyrl_engine import algorithms, checkpoint
 from skyrl_engine.critic import needs_critic
@@ -96,9 +97,9 @@ def reward_metrics(out: GeneratorOutput) -> dict[str, float]:
     lengths = out.samples.response_mask_BT.sum(-1).tolist()
     positives = [r for r in rewards if r > 0]
     return {
-        "reward/avg_raw_reward": sum(rewards) / len(rewards),
-        "reward/std_raw_reward": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
-        f"reward/avg_pass_at_{n}": sum(1.0 for g in groups if max(g) > 0) / max(1, len(groups)),
+        REWARD_KEY: sum(rewards) / len(rewards),
+        REWARD_STD_KEY: statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+        pass_at_key(n): sum(1.0 for g in groups if max(g) > 0) / max(1, len(groups)),
         "reward/mean_positive_reward": sum(positives) / len(positives) if positives else 0.0,
         "generate/avg_num_tokens": sum(lengths) / len(lengths),
         "generate/max_num_tokens": float(max(lengths)),
