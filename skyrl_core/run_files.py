@@ -345,9 +345,35 @@ def _log(store: Store, stem: str) -> _FileLog | _SegmentLog:
     return _FileLog(store, stem) if isinstance(store, LocalStore) else _SegmentLog(store, stem)
 
 
-#: What a trajectory part's columns must hold where a part has them (a column of nulls passes too).
-PART_TYPES = {"step": "integer", "prompt": "string", "response": "string", "reward": "number",
-              "advantage": "number", "num_tokens": "number"}
+#: A trajectory part's row: one sample of a step, as the engine and the SkyRL bridge both write it
+#: (:func:`trajectory_row`). Columns with a type are checked when a part is read (a column of nulls passes too).
+TRAJECTORY_COLUMNS: dict[str, str | None] = {
+    "step": "integer", "uid": None, "group": None, "prompt": "string", "response": "string", "reward": "number",
+    "advantage": "number", "num_tokens": "number", "finish_reason": None, "env_class": None, "data_source": None,
+    "discarded_reason": None,
+}
+#: The per-token columns a run with ``run.store_token_data`` adds (the inspector's heat maps).
+TOKEN_COLUMNS = ("token_ids", "token_logprobs", "token_advantages")
+#: What a trajectory part's columns must hold where a part has them.
+PART_TYPES = {column: kind for column, kind in TRAJECTORY_COLUMNS.items() if kind}
+
+
+def trajectory_row(*, step: int, uid: str, group: Any, prompt: str, response: str, reward: float, advantage: float,
+                   num_tokens: int, finish_reason: str | None, env_class: str, data_source: str,
+                   discarded_reason: str | None = None, token_ids: list[int] | None = None,
+                   token_logprobs: list[float] | None = None, token_advantages: list[float] | None = None,
+                   **extra: Any) -> dict[str, Any]:
+    """One trajectory row in :data:`TRAJECTORY_COLUMNS` order; the :data:`TOKEN_COLUMNS` when ``token_ids`` is
+    given; then ``extra`` columns (``turns``, ``ground_truth``, ...)."""
+    row: dict[str, Any] = {
+        "step": int(step), "uid": uid, "group": group, "prompt": prompt, "response": response, "reward": float(reward),
+        "advantage": float(advantage), "num_tokens": int(num_tokens), "finish_reason": finish_reason,
+        "env_class": env_class, "data_source": data_source, "discarded_reason": discarded_reason,
+    }
+    if token_ids is not None:
+        row.update(token_ids=token_ids, token_logprobs=token_logprobs, token_advantages=token_advantages)
+    row.update(extra)
+    return row
 
 
 #: A trajectory part has at least one of these; a Parquet file with none of them is not a part.

@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from skyrl_core.run_files import trajectory_row
 from skyrl_engine.dapo import soft_overlong_penalty
 
 Decode = Callable[[list[int], bool], str]
@@ -71,30 +72,22 @@ def trajectory_rows(step: int, output: Mapping[str, Any], uids: Sequence[str], a
         token_adv = [float(x) for x in adv_row[len(adv_row) - length:]] if length else []
         reward = output["rewards"][b]
         info = (inputs or {}).get(instances[b], {})
-        row: dict[str, Any] = {
-            "step": int(step),
-            "uid": f"{step}-{instances[b]}-{repetitions[b]}",
-            "group": int(instances[b]) if numeric else str(instances[b]),
-            "prompt": decode(list(output["prompt_token_ids"][b]), False),
-            "response": decode(list(response), True),
-            "reward": float(sum(reward)) if isinstance(reward, (list, tuple)) else float(reward),
-            "advantage": token_adv[0] if token_adv else 0.0,
-            "num_tokens": length,
-            "finish_reason": stops[b] if stops else None,
-            "env_class": info.get("env_class") or default_env_class,
-            "data_source": info.get("data_source") or "unknown",
-            "discarded_reason": None,
-        }
+        extra: dict[str, Any] = {}
         if store_token_data:
-            row["token_ids"] = [int(t) for t in response]
-            row["token_logprobs"] = [float(x) for x in logprobs[b]] if logprobs else None
-            row["token_advantages"] = token_adv
+            extra.update(token_ids=[int(t) for t in response],
+                         token_logprobs=[float(x) for x in logprobs[b]] if logprobs else None, token_advantages=token_adv)
         if multi_turn:
             turns = [{"role": "assistant" if value else "user", "content": decode(list(response[s:e]), True),
                       "token_start": s, "token_end": e} for s, e, value in _spans(output["loss_masks"][b])]
-            row["turns"] = json.dumps(turns)
-            row["num_turns"] = sum(1 for t in turns if t["role"] == "assistant")
-        rows.append(row)
+            extra.update(turns=json.dumps(turns), num_turns=sum(1 for t in turns if t["role"] == "assistant"))
+        rows.append(trajectory_row(
+            step=step, uid=f"{step}-{instances[b]}-{repetitions[b]}",
+            group=int(instances[b]) if numeric else str(instances[b]),
+            prompt=decode(list(output["prompt_token_ids"][b]), False), response=decode(list(response), True),
+            reward=float(sum(reward)) if isinstance(reward, (list, tuple)) else float(reward),
+            advantage=token_adv[0] if token_adv else 0.0, num_tokens=length,
+            finish_reason=stops[b] if stops else None, env_class=info.get("env_class") or default_env_class,
+            data_source=info.get("data_source") or "unknown", **extra))
     return rows
 
 

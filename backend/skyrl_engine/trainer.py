@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from skyrl_core.choices import Stage
 from skyrl_core.lifecycle import HEARTBEAT_S, RunLifecycle
 from skyrl_core.metric_names import REWARD_KEY, REWARD_STD_KEY, pass_at_key
+from skyrl_core.run_files import trajectory_row
 from skyrl_core.store import is_url
 from skyrl_engine import algorithms, checkpoint
 from skyrl_engine.critic import needs_critic
@@ -109,33 +110,22 @@ def reward_metrics(out: GeneratorOutput) -> dict[str, float]:
 
 
 def trajectory_rows(step: int, out: GeneratorOutput, advantages_BT, store_token_data: bool) -> list[dict[str, Any]]:
-    """One run-store row per sample (columns per docs/architecture.md)."""
+    """One run-store row per sample (``skyrl_core.run_files.trajectory_row``)."""
     s = out.samples
     lengths = s.response_mask_BT.sum(-1).tolist()
     n = out.group_size
     rows = []
     for b, length in enumerate(lengths):
-        row = {
-            "step": step,
-            "uid": f"{step}-{out.group_ids_B[b]}-{b % n}",
-            "group": out.group_ids_B[b],
-            "prompt": out.prompts[b],
-            "response": out.responses[b],
-            "reward": float(out.rewards_B[b]),
-            "advantage": float(advantages_BT[b, 0]) if length > 0 else 0.0,
-            "num_tokens": int(length),
-            "finish_reason": s.finish_reasons[b],
-            "env_class": out.env_classes[b],
-            "data_source": out.data_sources[b],
-            "discarded_reason": None,
-        }
-        if store_token_data:
-            row["token_ids"] = s.response_ids_BT[b, :length].tolist()
-            row["token_logprobs"] = [float(x) for x in s.logprobs_BT[b, :length].tolist()]
-            row["token_advantages"] = [float(x) for x in advantages_BT[b, :length].tolist()]
-        if out.sample_columns is not None:
-            row.update(out.sample_columns[b])
-        rows.append(row)
+        tokens = {} if not store_token_data else {
+            "token_ids": s.response_ids_BT[b, :length].tolist(),
+            "token_logprobs": [float(x) for x in s.logprobs_BT[b, :length].tolist()],
+            "token_advantages": [float(x) for x in advantages_BT[b, :length].tolist()]}
+        rows.append(trajectory_row(
+            step=step, uid=f"{step}-{out.group_ids_B[b]}-{b % n}", group=out.group_ids_B[b], prompt=out.prompts[b],
+            response=out.responses[b], reward=out.rewards_B[b],
+            advantage=float(advantages_BT[b, 0]) if length > 0 else 0.0, num_tokens=length,
+            finish_reason=s.finish_reasons[b], env_class=out.env_classes[b], data_source=out.data_sources[b],
+            **tokens, **(out.sample_columns[b] if out.sample_columns is not None else {})))
     if out.discarded is not None:  # dropped samples are stored too, with their discarded_reason
         rows.extend(trajectory_rows(step, out.discarded, out.discarded.samples.logprobs_BT * 0, store_token_data))
     return rows
