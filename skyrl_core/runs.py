@@ -54,6 +54,7 @@ import yaml
 from skyrl_core.choices import FINAL_STATES, ReadState, RunState, values
 from skyrl_core.exports import ExportError, ExportResult
 from skyrl_core.metric_names import REWARD_KEY
+from skyrl_core.part_index import part_index
 from skyrl_core.registry import shown
 from skyrl_core.run_files import (
     _SEGMENT_RE,
@@ -362,11 +363,11 @@ class RunReader:
     def trajectory_steps(self) -> list[int]:
         """Steps that have a complete trajectory part, in order; a ``trajectories`` folder (or an entry in
         it) that cannot be read is named in ``warnings`` and skipped."""
-        problems: list[str] = []
-        names = self.store.list("trajectories", problems=problems)
-        for problem in problems:
-            self._warn(problem)
-        return sorted(step for name in names if (step := part_step(name)) is not None)
+        index = part_index(self.store)
+        index.scan(full=True)
+        if index.problem:
+            self._warn(index.problem)
+        return list(index.steps)
 
     def trajectory_path(self, step: int) -> Path | str:
         return self.store.path(f"trajectories/{part_name(step)}")
