@@ -175,8 +175,8 @@ class ConfigForm:
         engine's placement rules (the config-only ones without a cluster), each rank's memory against one
         device there, and vLLM, SkyRL or a tracker's package missing there (one probe per cluster, asked once).
         The lines `Cluster.plan` and `Cluster.launch` give (`skyrl_nb.cluster.base.cluster_problems`)."""
-        from skyrl_nb.cluster.base import cluster_problems
         from skyrl_nb.cluster.packages import packages_needed
+        from skyrl_nb.cluster.planning import cluster_problems
 
         nodes = self._node_list()
         asking = (self.cluster is not None and packages_needed(cfg)

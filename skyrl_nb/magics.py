@@ -207,7 +207,7 @@ class SkyrlMagics(Magics):
 
     def _launch(self, args: Any, cell: str | None) -> Any:
         from skyrl_core.config import ConfigError, parse_override, parse_yaml_mapping
-        from skyrl_nb.cluster.base import prepare_config
+        from skyrl_nb.cluster.launching import prepare_config
 
         overrides: dict[str, Any] = {"run.run_root": os.path.expanduser(self.run_root)}
         if cell is not None and cell.strip():

@@ -17,7 +17,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from skyrl_nb.cluster.base import Cluster, connect, studio_proxy_url
+    from skyrl_nb.cluster.addresses import studio_proxy_url
+    from skyrl_nb.cluster.base import Cluster, connect
     from skyrl_nb.cluster.local import LocalCluster, local
 
 __all__ = ["Cluster", "LocalCluster", "connect", "hyperpod", "list_hyperpod", "local", "studio_proxy_url"]
@@ -25,7 +26,7 @@ __all__ = ["Cluster", "LocalCluster", "connect", "hyperpod", "list_hyperpod", "l
 _LAZY = {
     "Cluster": "skyrl_nb.cluster.base",
     "connect": "skyrl_nb.cluster.base",
-    "studio_proxy_url": "skyrl_nb.cluster.base",
+    "studio_proxy_url": "skyrl_nb.cluster.addresses",
     "LocalCluster": "skyrl_nb.cluster.local",
     "local": "skyrl_nb.cluster.local",
     "hyperpod": "skyrl_nb.cluster.hyperpod",

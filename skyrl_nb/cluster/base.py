@@ -9,117 +9,48 @@ from __future__ import annotations
 
 import html
 import os
-import re
 import shlex
-import shutil
-import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core.choices import RunState
+from skyrl_nb.cluster.addresses import (
+    display_dashboard_url,
+    find_token,
+    module_address,
+    normalize_address,
+    read_token_file,
+    studio_proxy_url,
+)
+from skyrl_nb.cluster.launching import (
+    META_ATTEMPT,
+    META_RUN_DIR,
+    META_RUN_ID,
+    new_run_id,
+    plugin_py_modules,
+    prepare_config,
+)
+from skyrl_nb.cluster.planning import JobPlan, cluster_problems
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
-    from skyrl_core.memory import MemoryEstimate, RankCapacity
     from skyrl_nb.cluster.shipping import EngineCode
     from skyrl_nb.jobs import Job
-
-# Metadata keys put on every submission so `Cluster.jobs()` can find the run behind a job.
-META_RUN_ID = "skyrl_nb_run_id"
-META_RUN_DIR = "skyrl_nb_run_dir"
-META_ATTEMPT = "skyrl_nb_attempt"
 
 
 # ----------------------------------------------------------------------------- Studio
 
 
-def studio_proxy_url(port: int) -> str | None:
-    """The URL under which Studio's Jupyter proxy serves `port` on this host, or None outside Studio.
-
-    Detection lives in `skyrl_nb.studio` (resource-metadata file and environment).
-    """
-    from skyrl_nb import studio
-
-    return studio.proxy_url(port)
-
-
-def display_dashboard_url(address: str) -> str:
-    """The Ray dashboard URL a browser should open: Studio's proxy path for a local port in Studio."""
-    m = re.match(r"^https?://(127\.0\.0\.1|localhost|0\.0\.0\.0)(?::(\d+))?/?$", address)
-    if m:
-        proxied = studio_proxy_url(int(m.group(2) or 80))
-        if proxied:
-            return proxied
-    return address.rstrip("/") + "/"
-
-
 # ----------------------------------------------------------------------------- tokens
 
 
-def read_token_file(path: str | os.PathLike[str]) -> str | None:
-    """The token in `path` (whitespace stripped), or None when the file is missing or empty."""
-    try:
-        token = Path(path).expanduser().read_text().strip()
-    except OSError:
-        return None
-    return token or None
 
-
-def find_token(token: str | None = None) -> str | None:
-    """A Ray auth token: `token`, else `RAY_AUTH_TOKEN`, else `RAY_AUTH_TOKEN_PATH`, else `~/.ray/auth_token`."""
-    if token:
-        return token
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return os.environ["RAY_AUTH_TOKEN"].strip()
-    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        return read_token_file(os.environ["RAY_AUTH_TOKEN_PATH"])
-    return read_token_file(Path.home() / ".ray" / "auth_token")
-
-
-def normalize_address(address: str) -> str:
-    """`host:port` or `http(s)://host:port[/]` -> `http(s)://host:port` (the dashboard HTTP address).
-
-    A Ray module-hook address (``sagemaker_ray://cluster/namespace``: Ray's job client imports the module
-    named by the scheme to reach the cluster) is kept as it is.
-    """
-    address = address.strip()
-    if address.startswith("ray://"):
-        raise ValueError(
-            f"address {address!r} is a Ray Client address; give the dashboard HTTP address, e.g. http://host:8265"
-        )
-    if _module_address(address):
-        return address.rstrip("/")
-    if not re.match(r"^https?://", address):
-        address = "http://" + address
-    return address.rstrip("/")
-
-
-def _module_address(address: str) -> bool:
-    """Whether ``address`` is ``<module>://...`` for a Ray job-client module hook (not http, https or ray)."""
-    m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)://", address)
-    return bool(m) and m.group(1).lower() not in ("http", "https", "ray")
-
-
-def new_run_id(preset: str | None = None, train_data: Iterable[str] = ()) -> str:
-    """A fresh run id: `<name>-<YYYYmmdd-HHMMSS>-<4 hex>`.
-
-    `<name>` is the stem of the first training file when it is the user's own (``mydata`` for
-    ``s3://bucket/mydata.parquet``), else the preset's name, else ``run``.
-
-    >>> new_run_id("quickstart", ["/data/mydata.jsonl"])   # doctest: +SKIP
-    'mydata-20261203-172500-1a2b'
-    """
-    first = next(iter(train_data), "")
-    own = bool(first) and not first.startswith("builtin://")
-    name = first.rstrip("/").rpartition("/")[2].split(".")[0] if own else ""
-    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", name or preset or "run").strip("-")[:40].strip("-") or "run"
-    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-
+# what this module offered before its launch inputs, addresses and planning got modules of their own
+__all__ = ["META_ATTEMPT", "META_RUN_DIR", "META_RUN_ID", "Cluster", "JobPlan", "cluster_problems", "connect",
+           "display_dashboard_url", "find_token", "new_run_id", "normalize_address", "plugin_py_modules", "prepare_config",
+           "read_token_file", "studio_proxy_url"]
 
 # ----------------------------------------------------------------------------- the cluster
 
@@ -185,7 +116,7 @@ class Cluster:
     def _get(self, path: str, timeout: float = 10.0) -> Any:
         import requests
 
-        if _module_address(self.address):  # the hook's client holds the endpoint and its session cookie
+        if module_address(self.address):  # the hook's client holds the endpoint and its session cookie
             resp = self.client._do_request("GET", path, timeout=timeout)
         else:
             resp = requests.get(self.address + path, headers=self._headers(), timeout=timeout, verify=self.verify)
@@ -559,61 +490,6 @@ class Cluster:
         )
 
 
-@dataclass(frozen=True)
-class JobPlan:
-    """What `Cluster.plan` found: the config, what it asks for, the cluster's resources, and each
-    training rank's memory estimate beside what one rank has there (None: unknown)."""
-
-    config: JobConfig
-    asks: str
-    resources: dict[str, Any]
-    memory: MemoryEstimate
-    capacity: RankCapacity | None
-    delivery: dict[str, str] = field(default_factory=dict)
-    """How the job gets what it needs, one line each: ``engine code``, ``config``, ``run store``."""
-
-    def _head(self) -> str:
-        have = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.resources.items())
-        one_rank = repr(self.capacity) if self.capacity else "unknown"
-        lines = [f"asks for: {self.asks}", f"cluster has: {have}", f"one rank has: {one_rank}",
-                 *(f"{k}: {v}" for k, v in self.delivery.items())]
-        return "\n".join(lines)
-
-    def summary(self) -> str:
-        """A few lines a person reads before launching."""
-        return f"{self._head()}\n{self.memory!r}"
-
-    def __repr__(self) -> str:
-        return self.summary()
-
-    def _repr_html_(self) -> str:
-        return f"<div><pre>{html.escape(self._head())}</pre>{self.memory._repr_html_()}</div>"
-
-
-def cluster_problems(cfg: JobConfig, nodes: list[dict[str, float]] | None, cluster: Any = None) -> list[str]:
-    """Everything that keeps the validated ``cfg`` off a cluster, one line each starting with its keys:
-
-    - placement: the engine's own rules (`skyrl_core.placement.placement_problems`) on ``nodes``, or the
-      config-only ones every device breaks when ``nodes`` is None or empty (nothing known of the cluster);
-    - memory: each training rank's model state against one device there (`skyrl_core.memory`);
-    - packages: vLLM, SkyRL, the trackers' packages, asked of ``cluster`` once (`skyrl_nb.cluster.packages`).
-
-    `Cluster.plan`, `Cluster.launch` and the config form all call this, so each says the same lines.
-    """
-    from skyrl_core.memory import capacity_from_nodes, rank_memory
-    from skyrl_core.placement import ClusterResources, placement_problems
-    from skyrl_nb.cluster.packages import package_problems
-
-    resources = ClusterResources.from_nodes(nodes) if nodes else None
-    problems = placement_problems(cfg, resources)
-    if nodes:
-        problems += rank_memory(cfg).problems(capacity_from_nodes(nodes, cfg.trainer.placement.policy_num_gpus_per_node))
-    if cluster is not None:
-        has_gpu = None if resources is None else resources.device == "GPU"
-        problems += package_problems(cfg, cluster, has_gpu=has_gpu)
-    return list(dict.fromkeys(problems))
-
-
 def connect(address: str, token: str | None = None, verify: bool = True, *, name: str = "ray",
             dashboard_url: str | None = None, check: bool = True, code: str = "ship",
             shared_paths: Iterable[str] = ()) -> Cluster:
@@ -650,74 +526,3 @@ def connect(address: str, token: str | None = None, verify: bool = True, *, name
     return cluster
 
 
-def prepare_config(config: Any, *, overrides: list[str] | dict[str, Any] | None = None,
-                   run_id: str | None = None, check_files: bool = True) -> JobConfig:
-    """Validate `config` (+ `overrides`) fully and fill in `run.run_id` / an absolute `run.run_root`.
-
-    Raises `ConfigError` (one line per problem). Nothing is written and nothing is submitted:
-    `Cluster.launch` and `%skyrl launch` call this first, so a bad config never reaches a cluster.
-    ``check_files=False`` leaves the files the config names unchecked here (a cluster elsewhere checks them:
-    `Cluster.check_files`).
-    """
-    from skyrl_core.config import PRESETS, ConfigError, check_config
-    from skyrl_core.runs import RunReader
-    from skyrl_core.store import is_url
-
-    # the one validation (every problem in one pass, launch's run-id and run-root rules included)
-    cfg = check_config(config, overrides, run_id=run_id, check_files=check_files)
-    preset = config if isinstance(config, str) and config in PRESETS else None
-    rid = cfg.run.run_id or new_run_id(preset, cfg.data.train_data)
-    root = cfg.run.run_root if is_url(cfg.run.run_root) else os.path.expanduser(cfg.run.run_root)
-    # The job reads this config on the cluster: spell the run root out, no `~`.
-    fixed = {"run.run_id": str(rid), "run.run_root": root}
-    if any(cfg.get(k) != v for k, v in fixed.items()):
-        cfg = check_config(cfg, fixed, check_files=check_files)
-    if RunReader(cfg.run_dir).exists():
-        raise ConfigError(
-            [f"run.run_id: {rid!r} already exists in {root}; pick another id, or resume that run"]
-        )
-    return cfg
-
-
-def plugin_py_modules(plugins: Iterable[str], staging: str | os.PathLike[str]) -> list[str]:
-    """The config's ``plugins:`` modules as Ray ``py_modules`` entries (folders), so the job can import them.
-
-    A cluster that shares no disk with the notebook imports the same code this way. A package ships
-    its top-level folder (``my_pkg.losses`` ships ``my_pkg``, so the dotted import works). A single
-    module file is copied into ``staging`` as a one-file package, ``<name>/__init__.py``: Ray's job
-    client (2.x) uploads a ``.py`` entry as if it were a folder and fails, while a folder works. The
-    modules are imported here first (``load_config`` already did); a built-in one is left out.
-
-    >>> plugin_py_modules(["my_skyrl_plugin"], "/tmp/staging")        # doctest: +SKIP
-    ['/tmp/staging/my_skyrl_plugin']
-    """
-    from skyrl_core.config import ConfigError
-    from skyrl_core.registry import PluginError, load_plugins
-
-    plugins = list(plugins)
-    try:
-        load_plugins(plugins)
-    except PluginError as err:
-        raise ConfigError([str(err)]) from None
-    paths: list[str] = []
-    for name in plugins:
-        top_name = name.partition(".")[0]
-        top = sys.modules[top_name]
-        folders = [str(f) for f in getattr(top, "__path__", None) or []]
-        if len(folders) > 1:
-            raise ConfigError([f"plugins: {name!r} is a namespace package spread over {len(folders)} folders "
-                               f"({', '.join(folders)}); Ray ships one folder per module"])
-        if folders:
-            paths.append(folders[0])
-            continue
-        file = getattr(top, "__file__", None)
-        if file is None:
-            continue  # built into Python: the cluster has it
-        if not file.endswith(".py"):
-            raise ConfigError([f"plugins: {name!r} is the compiled file {file}; Ray ships Python source "
-                               "(a .py module or a package folder)"])
-        package = Path(staging) / top_name
-        package.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(file, package / "__init__.py")
-        paths.append(str(package))
-    return list(dict.fromkeys(paths))

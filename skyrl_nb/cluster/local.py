@@ -31,7 +31,8 @@ from skyrl_core import procs
 from skyrl_core.choices import RunState
 from skyrl_core.frontend import widget_frontend
 from skyrl_core.runs import atomic_write_text
-from skyrl_nb.cluster.base import Cluster, display_dashboard_url, read_token_file
+from skyrl_nb.cluster.addresses import display_dashboard_url, read_token_file
+from skyrl_nb.cluster.base import Cluster
 
 STATE_FILE = "skyrl-nb-head.json"
 
