@@ -13,163 +13,38 @@ under papermill). `shutdown()` stops running jobs, then signals the head's proce
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
-import secrets
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from skyrl_core import procs
 from skyrl_core.choices import RunState
-from skyrl_core.frontend import widget_frontend
 from skyrl_core.runs import atomic_write_text
 from skyrl_nb.cluster.addresses import display_dashboard_url, read_token_file
 from skyrl_nb.cluster.base import Cluster
+from skyrl_nb.cluster.local_dirs import (
+    SOCKET_PATH_LIMIT,
+    STATE_FILE,
+    cache_dir,
+    check_temp_dir,
+    config_dir,
+    default_temp_dir,
+    ensure_token,
+    process_tmpdir,
+    socket_path_bytes,
+    writable_dir,
+)
+from skyrl_nb.cluster.local_start import _FOR_GOOD, _PY_ERROR, START_ATTEMPTS, StartProgress, _StartWatch
 
-STATE_FILE = "skyrl-nb-head.json"
-
-
-def config_dir() -> Path:
-    """skyrl-nb's config dir: `$SKYRL_NB_CONFIG_DIR`, else `$XDG_CONFIG_HOME/skyrl-nb`, else `~/.config/skyrl-nb`."""
-    if os.environ.get("SKYRL_NB_CONFIG_DIR"):
-        return Path(os.environ["SKYRL_NB_CONFIG_DIR"]).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "skyrl-nb"
-
-
-def cache_dir() -> Path:
-    """skyrl-nb's cache dir: `$SKYRL_NB_CACHE_DIR`, else `$XDG_CACHE_HOME/skyrl-nb`, else `~/.cache/skyrl-nb`."""
-    if os.environ.get("SKYRL_NB_CACHE_DIR"):
-        return Path(os.environ["SKYRL_NB_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "skyrl-nb"
-
-
-#: Ray refuses an AF_UNIX socket path longer than this many bytes (`validate_socket_filepath`).
-SOCKET_PATH_LIMIT = 103 if sys.platform == "darwin" else 107
-#: The longest name Ray gives a socket in `<session>/sockets/`: a dashboard module's `dash_<Module>`,
-#: `dash_TaskEventsHead` (19) in Ray 2.60, with room for a longer module in a later Ray.
-_SOCKET_NAME_BYTES = 24
-#: `<temp>/session_<date>_<time>_<usec>_<pid>/sockets/`, less the temp dir and the pid's digits.
-_SESSION_BYTES = len("/session_2026-12-01_02-11-17_099300_") + len("/sockets/")
-
-
-def socket_path_bytes(temp_dir: str | os.PathLike[str]) -> int:
-    """Bytes in the longest AF_UNIX path Ray makes under `temp_dir`, counting the worst case.
-
-    That path is `<temp>/session_<date>_<time>_<usec>_<pid>/sockets/<name>`: the pid takes as many
-    digits as the largest pid this machine hands out.
-    """
-    return len(os.fsencode(temp_dir)) + _SESSION_BYTES + len(str(procs.max_pid())) + _SOCKET_NAME_BYTES
-
-
-def check_temp_dir(temp_dir: str | os.PathLike[str]) -> None:
-    """Raise `ValueError` (one line: the path, its length, the limit) when Ray's sockets would not fit under it."""
-    longest = socket_path_bytes(temp_dir)
-    if longest > SOCKET_PATH_LIMIT:
-        room = SOCKET_PATH_LIMIT - (longest - len(os.fsencode(temp_dir)))
-        raise ValueError(
-            f"Ray temp dir {os.fspath(temp_dir)!r} is {len(os.fsencode(temp_dir))} bytes: Ray's socket paths under it "
-            f"would reach {longest} bytes, over the AF_UNIX limit of {SOCKET_PATH_LIMIT}; use a temp_dir of at "
-            f"most {room} bytes, e.g. under /tmp")
-
-
-def _private_dir(path: Path) -> bool:
-    """Make `path` (mode 0700) or accept it when it is a real folder of ours that we may write."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = path.lstat()
-        if not os.path.isdir(path) or os.path.islink(path):
-            return False
-        if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            return False  # someone else made it first in a shared /tmp: never run Ray in their folder
-        if st.st_mode & 0o077:
-            os.chmod(path, 0o700)
-        return os.access(path, os.W_OK | os.X_OK)
-    except OSError:
-        return False
-
-
-def default_temp_dir(key: str | os.PathLike[str]) -> Path:
-    """A short per-user Ray temp dir, `<tmp>/skyrl-<uid>/<8 hex of key>` (``$TMPDIR``, else /tmp).
-
-    `key` (the state dir) keeps heads of different config/cache dirs apart. Raises `RuntimeError`
-    naming the path, its length and the limit when no candidate is both short enough and writable.
-    """
-    user = str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
-    name = hashlib.sha256(os.fsencode(os.fspath(key))).hexdigest()[:8]
-    problems = []
-    for base in dict.fromkeys([tempfile.gettempdir(), "/tmp"]):
-        path = Path(base) / f"skyrl-{user}" / name
-        try:
-            check_temp_dir(path)
-        except ValueError as err:
-            problems.append(str(err))
-            continue
-        if _private_dir(path.parent):
-            return path
-        problems.append(f"{path.parent} is not a folder of ours we can write")
-    raise RuntimeError("no short writable folder for Ray's temp dir: " + "; ".join(problems)
-                       + "; pass cluster.local(temp_dir=...)")
-
-
-def writable_dir(path: Path, what: str, setting: str) -> Path:
-    """Make `path` (0700) and return it, or raise `OSError` in one line naming it and the `setting` that moves it.
-
-    A read-only or foreign HOME otherwise surfaces as a bare ``Read-only file system: '.../.config'``.
-    """
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise PermissionError(13, "not writable")
-    except OSError as err:
-        raise OSError(f"skyrl-nb's {what} {str(path)!r} is not usable ({err.strerror or err}); "
-                      f"set {setting} to a folder you can write") from None
-    return path
-
-
-#: Bytes multiprocessing adds under ``$TMPDIR`` for a forkserver socket: ``/pymp-XXXXXXXX/listener-XXXXXXXX``.
-_MP_SOCKET_BYTES = len("/pymp-12345678/listener-12345678")
-
-
-def process_tmpdir(short_dir: Path, tmpdir: str | None = None) -> str | None:
-    """The ``TMPDIR`` Ray's processes should get instead of ``tmpdir`` (default ``$TMPDIR``), or None to keep it.
-
-    Ray's dashboard starts a multiprocessing forkserver whose socket lives under ``$TMPDIR``; a
-    ``$TMPDIR`` too long for an AF_UNIX path, missing or not writable makes the head hang until its
-    timeout. Such a ``$TMPDIR`` is swapped for `short_dir` (the head's own short temp dir).
-    """
-    tmpdir = os.environ.get("TMPDIR") if tmpdir is None else tmpdir
-    if not tmpdir:
-        return None
-    too_long = len(os.fsencode(tmpdir)) + _MP_SOCKET_BYTES > SOCKET_PATH_LIMIT
-    if too_long or not os.path.isdir(tmpdir) or not os.access(tmpdir, os.W_OK | os.X_OK):
-        return str(short_dir)
-    return None
-
-
-def ensure_token(path: Path) -> str:
-    """The token in `path`, generating one (0600 file, 0700 dir) when missing."""
-    token = read_token_file(path)
-    if token:
-        if path.stat().st_mode & 0o077:
-            os.chmod(path, 0o600)
-        return token
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    token = secrets.token_hex(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token)
-    return token
-
+# what this module offered before its folders and its start-up watch got modules of their own
+__all__ = ["SOCKET_PATH_LIMIT", "START_ATTEMPTS", "STATE_FILE", "LocalCluster", "StartProgress", "cache_dir", "check_temp_dir",
+           "config_dir", "default_temp_dir", "ensure_token", "local", "process_tmpdir", "socket_path_bytes", "writable_dir"]
 
 def _free_ports(n: int) -> list[int]:
     socks, ports = [], []
@@ -359,158 +234,6 @@ def _kill_group(pgid: int) -> None:
 
 
 # ----------------------------------------------------------------------------- watching a start
-
-_SOCKET_TOO_LONG = re.compile(r"validate_socket_filename failed.*")
-_PY_ERROR = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:?.*$")
-_CPP_FATAL = re.compile(r"Check failed.*|^\[[^\]]* [CF] \d+ \d+\].*")
-_MODULE_FAILED = re.compile(r"Module (\w+) failed to start")
-#: Causes another try cannot cure.
-_FOR_GOOD = ("validate_socket_filename", "ValueError", "PermissionError", "ImportError", "ModuleNotFoundError",
-             "No space left")
-#: Tries at most, when a daemon dies of something another try may cure (a busy machine).
-START_ATTEMPTS = 3
-
-
-def _daemon(args: list[str]) -> str | None:
-    """Which of the head's vital daemons a command line is: gcs_server, raylet, dashboard, or None."""
-    if not args:
-        return None
-    exe = os.path.basename(args[0])
-    if exe in ("gcs_server", "raylet"):
-        return exe
-    if any(arg.endswith(os.path.join("dashboard", "dashboard.py")) for arg in args[1:3]):
-        return "dashboard"
-    return None
-
-
-def _tail_text(path: Path, limit: int = 65536) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _last_line(path: Path, pattern: re.Pattern[str]) -> str | None:
-    """The last line of `path`'s tail that `pattern` finds, as found (a line of a traceback, a glog line)."""
-    for line in reversed(_tail_text(path).splitlines()):
-        m = pattern.search(line.strip())
-        if m:
-            return " ".join(m.group(0).split())[:400]
-    return None
-
-
-class _StartWatch:
-    """The head's vital daemons and Ray's logs while `ray start` (pid `pid`) brings a head up in `temp`."""
-
-    def __init__(self, temp: Path, pid: int) -> None:
-        self.temp = temp
-        self.pid = pid
-        self.seen: set[tuple[str, int]] = set()
-
-    def logs_dir(self) -> Path | None:
-        """`<temp>/session_<date>_<time>_<usec>_<pid>/logs`: `ray start` names the session after itself."""
-        for session in self.temp.glob(f"session_*_{self.pid}"):
-            return session / "logs"
-        return None
-
-    def dead_daemon(self) -> str | None:
-        """The name of a vital daemon that was seen running and is gone (or a zombie) now."""
-        self.seen |= {(name, pid) for pid in procs.process_group(self.pid)
-                      if (name := _daemon(procs.cmdline(pid))) is not None}
-        return next((name for name, pid in sorted(self.seen) if procs.started_at(pid) is None), None)
-
-    def socket_refused(self) -> tuple[str, Path] | None:
-        """Ray's 'validate_socket_filename failed' line and its log, if any daemon wrote one."""
-        logs = self.logs_dir()
-        if logs is None:
-            return None
-        for path in sorted(logs.glob("*.err")) + sorted(logs.glob("dashboard*.log")):
-            line = _last_line(path, _SOCKET_TOO_LONG)
-            if line:
-                return line, path
-        return None
-
-    def cause(self, dead: str | None) -> tuple[str, Path] | None:
-        """The line of Ray's logs that says why the head cannot come up, and the log it is in."""
-        found = self.socket_refused()
-        logs = self.logs_dir()
-        if found or logs is None:
-            return found
-        if dead == "dashboard":
-            line = _last_line(logs / "dashboard.err", _PY_ERROR)
-            module = _MODULE_FAILED.search(line or "")
-            if module:  # the module's own log holds the root cause
-                for path in (logs / f"dashboard_{module.group(1)}.err", logs / f"dashboard_{module.group(1)}.log"):
-                    root = _last_line(path, _PY_ERROR)
-                    if root:
-                        return root, path
-            return (line, logs / "dashboard.err") if line else None
-        for name in ([dead] if dead else ["raylet", "gcs_server"]):
-            for path in (logs / f"{name}.out", logs / f"{name}.err"):
-                line = _last_line(path, _CPP_FATAL)
-                if line:
-                    return line, path
-        return None
-
-    def describe(self, dead: str | None) -> str:
-        """One line: the cause quoted with its log, else which daemon died and where the logs are."""
-        found = self.cause(dead)
-        if found:
-            return f"{found[0]} (log: {found[1]})"
-        what = f"its {dead} process exited" if dead else "no error in Ray's logs"
-        return f"{what} (logs: {self.logs_dir() or self.temp})"
-
-
-class StartProgress:
-    """What `local()` says while a head starts: each stage with the seconds since the start, as a small
-    widget where a widget front end draws it (its clock ticks while it waits), else one line of text per
-    stage (``local Ray head: raylet up (3.1 s)``; papermill keeps them in the output). ``enabled=False``:
-    nothing is said."""
-
-    def __init__(self, enabled: bool | None = None) -> None:
-        self.started = time.monotonic()
-        self.stages: list[tuple[str, float]] = []
-        self.mode = None if enabled is False else ("widget" if widget_frontend() else "text")
-        self._view: Any = None
-        self._drawn = 0.0
-
-    def seconds(self) -> float:
-        """Seconds since the start."""
-        return time.monotonic() - self.started
-
-    def stage(self, text: str) -> None:
-        """Say that the head reached ``text`` (``raylet up``)."""
-        self.stages.append((text, self.seconds()))
-        if self.mode == "text":
-            print(f"local Ray head: {text} ({self.stages[-1][1]:.1f} s)", flush=True)
-        self._draw(force=True)
-
-    def tick(self) -> None:
-        """Let the widget's clock move on (at most once a second)."""
-        self._draw()
-
-    def done(self, text: str, ok: bool = True) -> None:
-        """The last stage: up (``ok``), or why not."""
-        self.stage(text)
-        self._draw(force=True, done=True, ok=ok)
-
-    def _draw(self, force: bool = False, done: bool = False, ok: bool = True) -> None:
-        if self.mode != "widget" or (not force and time.monotonic() - self._drawn < 1.0):
-            return
-        self._drawn = time.monotonic()
-        from skyrl_widgets.cluster_panel import start_progress_html
-
-        html_text = start_progress_html("local Ray head", self.stages, self.seconds(), done=done, ok=ok)
-        if self._view is None:
-            import ipywidgets
-            from IPython.display import display
-
-            self._view = ipywidgets.HTML(html_text)
-            display(self._view)
-        else:
-            self._view.value = html_text
 
 
 #: The head's vital daemons as a start's stages, in the order Ray brings them up.

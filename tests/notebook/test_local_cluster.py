@@ -43,8 +43,9 @@ def test_too_long_temp_dir_is_refused_at_once(tmp_path: Path, monkeypatch: pytes
 
 def test_no_short_writable_temp_dir_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     import skyrl_nb.cluster.local as local_mod
+    import skyrl_nb.cluster.local_dirs as local_dirs
 
-    monkeypatch.setattr(local_mod, "_private_dir", lambda path: False)
+    monkeypatch.setattr(local_dirs, "_private_dir", lambda path: False)
     monkeypatch.setattr(tempfile, "tempdir", "/tmp/" + "d" * 80)
     with pytest.raises(RuntimeError) as info:
         local_mod.default_temp_dir("/home/someone/.cache/skyrl-nb/ray")
