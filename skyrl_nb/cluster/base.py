@@ -502,14 +502,14 @@ def connect(address: str, token: str | None = None, verify: bool = True, *, name
     `shared_paths` are local folders the cluster sees at the same path (a shared file system).
 
     ``sagemaker_ray://<cluster>/<namespace>`` goes through AWS's toolkit-for-ray-on-sagemaker-ai
-    (`skyrl_nb.cluster.hyperpod.connect_sagemaker_ray`): no token here, the toolkit's session cookie.
+    (`skyrl_nb.cluster.hyperpod_aws.connect_sagemaker_ray`): no token here, the toolkit's session cookie.
 
     >>> cluster = connect("http://10.0.0.5:8265")
     >>> cluster = connect("http://10.0.0.5:8265", shared_paths=["/fsx"])
     >>> cluster = connect("sagemaker_ray://my-hyperpod/team-a")
     """
     if address.strip().startswith("sagemaker_ray://"):
-        from skyrl_nb.cluster.hyperpod import connect_sagemaker_ray
+        from skyrl_nb.cluster.hyperpod_aws import connect_sagemaker_ray
 
         cluster = connect_sagemaker_ray(address.strip(), verify=verify)
     else:
