@@ -33,140 +33,23 @@ from typing import Any
 
 from skyrl_core.choices import FINAL_STATES, RunState
 from skyrl_core.frontend import widget_frontend
-from skyrl_core.metric_names import EVAL_SCORE_KEY, REWARD_KEY, REWARD_STD_KEY, pass_at_n
+from skyrl_nb.dashboard_actions import RESUMABLE_STATES, JobSteering, reader_for
 from skyrl_nb.jobs import LOST
+from skyrl_nb.run_series import RunSeries, samples_per_step
 
 __all__ = ["Dashboard", "RunSeries", "dashboard", "job_display", "open_inspector", "widget_frontend"]
-
-# states after which a run may continue (Resume), or says why it cannot (the header's note, New run)
-RESUMABLE_STATES = (RunState.STOPPED, RunState.FAILED, LOST)
 
 
 
 # ----------------------------------------------------------------------------- series from rows
 
 
-class RunSeries:
-    """Metric rows -> the curves the views draw (`skyrl_widgets.dashboard.empty_series` layout)."""
-
-    def __init__(self) -> None:
-        from skyrl_widgets.dashboard import empty_series
-
-        self.data = empty_series()
-        self.times: list[float] = []
-        self.model: dict[str, Any] = {}
-        """The policy's ``{"total", "trainable", "lora_rank"}`` parameter counts, once the run has started."""
-        self.stage: tuple[str, float] | None = None
-        """The newest ``stage`` event: ``(name, time)`` (``skyrl_core.choices.Stage``)."""
-        self.stage_detail: str | None = None
-        """That event's ``detail``, when the engine said more than the stage's name."""
-        self.resumed: tuple[int, int | None] | None = None
-        """The newest ``resumed`` event: ``(from_step, attempt)`` (attempt None from an older engine)."""
-
-    def add_rows(self, rows: list[dict[str, Any]]) -> int:
-        """Append metric rows (a resumed run may repeat steps: later rows replace earlier ones)."""
-        d = self.data
-        for row in rows:
-            step = row.get("step")
-            if step is None:
-                continue
-            if d["step"] and step <= d["step"][-1]:
-                self._truncate(step)
-            d["step"].append(step)
-            self.times.append(row.get("time") or time.time())
-            d["reward_mean"].append(row.get(REWARD_KEY))
-            d["reward_std"].append(row.get(REWARD_STD_KEY))
-            pass_value = None
-            for key, value in row.items():
-                n = pass_at_n(key)
-                if n is not None:
-                    d["pass_n"] = n
-                    pass_value = value
-            d["pass_at"].append(pass_value)
-            d["tokens_per_s"].append(row.get("trainer/tokens_per_second"))
-            for name in d["timing"]:
-                d["timing"][name].append(row.get(f"timing/{name}"))
-            score = row.get(EVAL_SCORE_KEY)
-            if score is not None:
-                self._add_eval(step, score)
-        return len(rows)
-
-    def add_events(self, events: list[dict[str, Any]]) -> None:
-        """Eval scores reported as events (step 0 for `eval_before_train`), the policy's parameter counts
-        from the `started` event (`model`), the newest `stage` event (`stage`) and `resumed` event (`resumed`)."""
-        for ev in events:
-            if ev.get("kind") == "started" and isinstance(ev.get("policy_parameters"), dict):
-                self.model = dict(ev["policy_parameters"])
-            if ev.get("kind") == "stage" and isinstance(ev.get("stage"), str):
-                self.stage = (ev["stage"], float(ev.get("time") or time.time()))
-                # the engine's words for what this stage does this time ("building the tiny model (one-time ...)")
-                self.stage_detail = ev["detail"] if isinstance(ev.get("detail"), str) else None
-            if ev.get("kind") == "resumed":
-                step, attempt = ev.get("from_step", ev.get("step")), ev.get("attempt")
-                self.resumed = (step if isinstance(step, int) else 0, attempt if isinstance(attempt, int) else None)
-            if ev.get("kind") != "eval":
-                continue
-            score = ev.get("eval/all/avg_score", ev.get("avg_score", ev.get("score")))
-            if score is not None:
-                self._add_eval(int(ev.get("step") or 0), score)
-
-    def _add_eval(self, step: int, score: float) -> None:
-        d = self.data
-        if step in d["eval_step"]:
-            d["eval_score"][d["eval_step"].index(step)] = score
-            return
-        d["eval_step"].append(step)
-        d["eval_score"].append(score)
-        pairs = sorted(zip(d["eval_step"], d["eval_score"], strict=True))
-        d["eval_step"], d["eval_score"] = [p[0] for p in pairs], [p[1] for p in pairs]
-
-    def _truncate(self, step: int) -> None:
-        d = self.data
-        keep = sum(1 for s in d["step"] if s < step)
-        for key in ("step", "reward_mean", "reward_std", "pass_at", "tokens_per_s"):
-            del d[key][keep:]
-        for col in d["timing"].values():
-            del col[keep:]
-        del self.times[keep:]
-
-    @property
-    def points(self) -> int:
-        """How many reward points there are."""
-        return sum(1 for v in self.data["reward_mean"] if v is not None)
-
-    def seconds_per_step(self) -> float | None:
-        """Mean wall time of the last (up to) 10 steps."""
-        t = self.times[-11:]
-        if len(t) < 2:
-            return None
-        return (t[-1] - t[0]) / (len(t) - 1)
-
-
-def samples_per_step(config: dict[str, Any]) -> int:
-    """Rollouts per training step from a run's resolved config (``train_batch_size x n_samples_per_prompt``);
-    0 when the config does not say."""
-    trainer, generator = config.get("trainer"), config.get("generator")
-    batch = trainer.get("train_batch_size") if isinstance(trainer, dict) else None
-    group = generator.get("n_samples_per_prompt") if isinstance(generator, dict) else None
-    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, group))
-    return batch * group if ok else 0
-
-
 # ----------------------------------------------------------------------------- the dashboard
 
 
-def _reader_for(source: Any) -> tuple[Any, Any]:
-    """(RunReader, Job or None) for a Job, a RunReader, or a run directory path."""
-    from skyrl_core.runs import RunReader
-
-    if hasattr(source, "submission_id") and hasattr(source, "run_dir"):
-        return RunReader(source.run_dir), source
-    if isinstance(source, RunReader):
-        return RunReader(source.run_dir), None
-    return RunReader(os.fspath(source)), None
 
 
-class Dashboard:
+class Dashboard(JobSteering):
     """Reward, eval, tokens/s and step-time panels under a header: state, progress, ETA, stage, times, error,
     Stop / Resume / Logs buttons and a link to the Ray job.
 
@@ -176,7 +59,7 @@ class Dashboard:
     """
 
     def __init__(self, source: Any, *, static: bool | None = None, poll_s: float = 0.5, charts: bool = True) -> None:
-        self.reader, self.job = _reader_for(source)
+        self.reader, self.job = reader_for(source)
         self.static = (not widget_frontend()) if static is None else static
         self.poll_s = max(0.5, poll_s)
         self.with_charts = charts
@@ -380,22 +263,6 @@ class Dashboard:
         step, attempt = self.series.resumed
         return f"resumed from step {step}" + (f" (attempt {attempt})" if attempt else "")
 
-    def _resume_problem(self) -> str | None:
-        """`Job.resume_problem()` once per ended job (it asks Ray and reads the run store); None when the job
-        cannot say (a stand-in without it, Ray unreachable) or cannot say yet: right after a stop Ray may still
-        report the job running (`Job.resume_check`), an answer that is asked again on the next refresh."""
-        key = (getattr(self.job, "submission_id", None), str(self.state))
-        if self._resume_checked is None or self._resume_checked[0] != key:
-            check = getattr(self.job, "resume_check", None)
-            try:
-                problem, final = check() if callable(check) else (None, True)
-            except Exception:  # Ray unreachable: let the button try, and say why it failed then
-                problem, final = None, True
-            if not final:
-                return None
-            self._resume_checked = (key, problem)
-        return self._resume_checked[1]
-
     # -- following ----------------------------------------------------------------------------
 
     def start(self) -> Dashboard:
@@ -477,99 +344,6 @@ class Dashboard:
         return self.state
 
     # -- steering -----------------------------------------------------------------------------
-
-    def stop_job(self) -> bool:
-        """Ask Ray to stop the job the dashboard follows (the Stop button); True if it was running."""
-        stopped = bool(self._steer("stopping…", "nothing to stop", lambda job: job.stop()))
-        self._job_checked = 0.0  # ask Ray at the next refresh
-        self.start()
-        return stopped
-
-    def resume_job(self) -> Any:
-        """Resubmit the run from its latest checkpoint (the Resume button, `Job.resume`) and follow the new job.
-
-        The run store says `stopped` a moment before Ray has seen the job's process exit: Ray is given up to
-        30 s to agree before the resubmission."""
-        def resume(job: Any) -> Any:
-            job.wait(timeout=30, poll_s=0.5)
-            return job.resume()
-
-        job = self._steer("resuming…", "resume it with cluster.launch(...) or %skyrl resume", resume)
-        with self._lock:
-            self.job, self._job_verdict, self._job_checked = job, None, 0.0
-            self.state, self.error, self.started_at, self.ended_at = RunState.PENDING, None, None, None
-        self.start()
-        return job
-
-    def restart_job(self) -> Any:
-        """Launch the run's config again as a new run (the New run button, `Job.restart_as_new`) and follow it:
-        what the header offers where a resume would overwrite history. The old run's files stay as they are."""
-        job = self._steer("starting a new run…", "launch it with cluster.launch(...)", lambda job: job.restart_as_new())
-        with self._lock:
-            self.reader, self.job = _reader_for(job)
-            self.series, self._job_verdict, self._job_checked, self._resume_checked = RunSeries(), None, 0.0, None
-            self.state, self.step, self.error, self.started_at, self.ended_at = RunState.PENDING, 0, None, None, None
-        self.start()
-        return job
-
-    def _steer(self, busy: str, otherwise: str, act: Callable[[Any], Any]) -> Any:
-        """``act(job)`` with the header saying ``busy`` meanwhile; RuntimeError for a dashboard of a run directory."""
-        if self.job is None:
-            raise RuntimeError(f"run {self.reader.run_id}: this dashboard follows a run directory, not a job; "
-                               f"{otherwise}")
-        self._busy = busy
-        self._render()
-        try:
-            return act(self.job)
-        finally:
-            self._busy = ""
-
-    def _action(self, name: str) -> None:
-        try:
-            if name == "stop":
-                self.stop_job()
-            elif name == "resume":
-                self.resume_job()
-            elif name == "new_run":
-                self.restart_job()
-            elif name == "logs":
-                self._logs_read = 0.0
-        except Exception as exc:  # a button press must say why it did nothing, not raise into the comm
-            from skyrl_core.resume import ResumeRefused
-
-            self.error = str(exc) if isinstance(exc, ResumeRefused) else f"{name}: {type(exc).__name__}: {exc}"
-        self._render()
-
-    def _actions(self) -> list[str]:
-        if self.job is None:
-            return []
-        if not self.finished:
-            return ["stop", "logs"]
-        if self.state not in RESUMABLE_STATES:
-            return ["logs"]
-        # Resume only where it continues the run: else the reason is the header's note, and a new run is offered
-        return ["new_run", "logs"] if self._resume_problem() else ["resume", "logs"]
-
-    def _links(self) -> list[dict[str, str]]:
-        if self.job is None:
-            return []
-        base = str(getattr(self.job.cluster, "dashboard_url", "") or "").rstrip("/")
-        if not base:
-            return []
-        link = {"label": "Ray job ↗", "href": f"{base}/#/jobs/{self.job.submission_id}",
-                "title": f"submission {self.job.submission_id} in Ray's dashboard (its logs, its workers)"}
-        if callable(getattr(self.job.cluster, "dashboard_token", None)):  # a local head: its token is ours to give
-            link["hint"] = "Ray asks for a token: run cluster.dashboard_token() in a cell"
-            link["title"] += ("; Ray's dashboard asks for this cluster's token: run cluster.dashboard_token() in a "
-                              "cell and paste what it returns")
-        return [link]
-
-    def _details(self) -> list[list[str]]:
-        if self.with_charts or self.job is None:
-            return []
-        rows = [["submission", self.job.submission_id], ["run dir", str(self.job.run_dir)],
-                ["cluster", str(getattr(self.job.cluster, "name", ""))]]
-        return rows
 
     # -- clicks -------------------------------------------------------------------------------
 
