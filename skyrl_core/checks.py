@@ -1,6 +1,9 @@
 """The checks no single field can make: keys that contradict or need each other, ranks and micro-batches, LoRA and
 async placements, plug-in names, and the files a config names (checked where the job will read them). Each
-problem is one line starting with the keys it is about; :func:`skyrl_core.config.config_problems` runs them all."""
+problem is one line starting with the keys it is about; :func:`skyrl_core.config.config_problems` runs them all.
+
+One idea, the cross-field rules of one config; each rule is a few lines, and there are many.
+"""
 
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ context, and vLLM engines sharing a device under ``colocate_all``.
 Parameter counts come from the model directory without torch: the safetensors headers when there are
 weights, else ``config.json`` arithmetic for Llama-style decoders (llama, mistral, qwen2, qwen3); any
 other model is "unknown" and nothing is refused.
+
+One idea, a rank's memory against a device; its length is the per-role arithmetic of SkyRL's strategies.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ Widget or static? `static=None` (the default) decides with `skyrl_core.frontend.
 the widget under JupyterLab / Studio, the static figure (an SVG of a few tens of KB, so an executed
 notebook stays small) under papermill, nbconvert, plain IPython and scripts; `SKYRL_NB_STATIC=1|0`
 forces either.
+
+One idea, following one run and drawing it; the series and the job actions live in run_series and dashboard_actions.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@
 Settings: `%config SkyrlMagics.run_root = "/fsx/runs"` (also `preset`, `cluster`, `show_dashboard`,
 `log_tail`). `%skyrl -h` prints the commands. Every mistake is a one-line `UsageError`, raised
 before anything is submitted; looking a run up (`status`, `logs`, `stop`, ...) never writes a file.
+
+One idea, the ``%skyrl`` command line; one method per subcommand, each a few lines over the Python API.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ What lands in the destination, and nothing else of the checkpoint (no optimizer,
 A local destination is assembled in a hidden sibling directory and renamed into place, so it either
 appears whole or not at all. ``s3://bucket/prefix`` is built in a local temporary directory and then
 uploaded file by file with boto3 (credentials from the usual boto3 chain; they are never printed).
+
+One idea, a checkpoint as a servable model directory; its length is the checks that make the result load anywhere.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ Containment, in layers, each used when the machine allows it:
 Not a security boundary against a determined attacker (e.g. ctypes can bypass the audit hook;
 the namespace still stops its packets): it contains the mistakes and reward hacks that RL
 policies produce.
+
+One idea, a contained run of untrusted code; its length is the containment (limits, process group, cleanup).
 """
 
 from __future__ import annotations

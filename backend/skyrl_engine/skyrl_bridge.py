@@ -23,6 +23,8 @@ directories (SkyRL reads local files only). SkyRL itself is imported only by :fu
 
 Exit codes: 0 done, 1 the run failed (status ``failed``, traceback in events.jsonl), 2 SkyRL is missing or
 refused the config (one line on stderr and in status.json), 3 ``--probe`` found no usable SkyRL, 143 stopped.
+
+One idea, SkyRL's trainer behind the run store: its tracker, its inputs and its main.
 """
 
 from __future__ import annotations

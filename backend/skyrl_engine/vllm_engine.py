@@ -20,6 +20,8 @@ through Ray's object store straight into ``model.load_weights``), else the train
 safetensors file and every engine calls vLLM's ``reload_weights`` on it (the CPU backend repacks its
 weights, so raw ``load_weights`` does not work there; on a multi-node cluster the directory must be
 on a shared file system).
+
+One idea, vLLM as a generation backend; its two halves must agree on one wire format, so they stay together.
 """
 
 from __future__ import annotations

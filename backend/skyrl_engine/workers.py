@@ -19,6 +19,8 @@ Where each role lives is decided once, by :meth:`Workers.create` from the config
 Weights move by :meth:`Workers.export_weights` (a snapshot: an object ref when the policy is an actor)
 and :meth:`Workers.load_weights` (Ray hands a ref straight to a generator actor), so a synchronous step,
 the one-step pipeline and the fully async one share the same two halves.
+
+One idea, the seam between the loops and the roles; its length is the four roles' placements (in process, actors).
 """
 
 from __future__ import annotations

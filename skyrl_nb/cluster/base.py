@@ -3,6 +3,8 @@
 `Cluster` is the thin client every cluster kind shares (local, `connect`, HyperPod). It talks to
 Ray only through the dashboard's HTTP APIs (`JobSubmissionClient` for jobs, the state API for
 resources), so the kernel never joins the cluster and never imports torch.
+
+One idea, the thin client every cluster kind shares; addresses, launch inputs and planning live beside it.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ The manifest and the status types live in :mod:`skyrl_nb.cluster.kuberay`. The H
 found with boto3 (``sagemaker.describe_cluster`` / ``list_cluster_nodes``);
 the EKS endpoint and CA come from ``eks.describe_cluster``; Kubernetes is reached with
 :mod:`skyrl_nb.cluster.kube` (EKS bearer token, no kubectl).
+
+One idea, a KubeRay cluster's life on HyperPod (plan, up, connect, down); boto3's part lives in hyperpod_aws.
 """
 
 from __future__ import annotations

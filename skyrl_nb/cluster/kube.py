@@ -15,6 +15,8 @@ Three pieces, each usable on its own:
   accepted TCP connection, like ``kubectl port-forward``.
 
 boto3 and websocket-client are imported inside the functions that use them.
+
+One idea, talking to EKS's Kubernetes API without kubectl: the token, the client and port-forwarding it needs.
 """
 
 from __future__ import annotations

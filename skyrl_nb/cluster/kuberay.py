@@ -3,6 +3,8 @@ shapes, worker groups, FSx, EFA, token auth) and the status it reads back (the R
 its pods). No AWS and no Kubernetes calls here: :mod:`skyrl_nb.cluster.hyperpod` makes those.
 
 The manifest is checked against KubeRay's CRD schema in the tests (``../shared/kuberay``).
+
+One idea, the RayCluster as KubeRay's CRD sees it (written and read back); its length is the manifest's.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ lets a later kernel reuse the same head. While the head starts, its daemons and 
 watched, so a head that cannot come up fails within seconds, quoting the cause from Ray's logs, and
 each stage it reaches is said as it happens (`StartProgress`: a small widget in JupyterLab, a line of text
 under papermill). `shutdown()` stops running jobs, then signals the head's process group (and nothing else).
+
+One idea, the local head's life (start, reuse, stop); its folders and start-up watch live in local_dirs and local_start.
 """
 
 from __future__ import annotations

@@ -122,3 +122,18 @@ def test_run_states_are_spelled_only_in_skyrl_cores_enums() -> None:
             found += [f"{path.relative_to(ROOT)}:{n}: {word!r}" for n, word in _state_literals(path)
                       if "not a run state" not in lines[n - 1]]
     assert found == [], "run-state literals outside skyrl_core.choices:\n" + "\n".join(found)
+
+
+def test_no_product_file_outgrows_one_reader() -> None:
+    """No product module is over 600 lines; one over 400 says in its docstring why it is one idea."""
+    long = []
+    for root in PRODUCT:
+        for path in sorted((ROOT / root).rglob("*.py")):
+            text = path.read_text()
+            lines = len(text.splitlines())
+            assert lines <= 600, f"{path.relative_to(ROOT)}: {lines} lines"
+            if lines > 400:
+                doc = ast.get_docstring(ast.parse(text)) or ""
+                if "one idea" not in doc.lower():
+                    long.append(f"{path.relative_to(ROOT)} ({lines} lines)")
+    assert long == [], "over 400 lines without saying why they are one idea: " + ", ".join(long)

@@ -16,6 +16,8 @@ advantage, num_tokens, finish_reason, env_class, data_source`` plus the optional
 A prompt is stored as the model saw it, chat template applied; :func:`chat_turns` reads it back as turns
 (ChatML's ``<|im_start|>role``, Llama 3's header ids, ``<|role|>`` tags) and :func:`special_parts` marks the
 template's special tokens, so the view can show a conversation and dim the markup.
+
+One idea, the inspector's data model over a run's parts (paging, filters, caches); the part index is the run store's.
 """
 
 from __future__ import annotations
