@@ -34,8 +34,8 @@ skipped and named, and the rest is shown: ``list_runs`` lists such a run as ``un
 
 Where the parts live: :mod:`skyrl_core.run_files` (every file of the layout, the logs, the trajectory part's
 schema), :mod:`skyrl_core.run_writer` (``RunWriter``), :mod:`skyrl_core.run_tail` (tailing the logs). This module
-is the reader a notebook holds (``RunReader``, ``open_run``, ``list_runs``) and offers all of those names too: one
-idea, reading runs, whose length is the damage it names instead of raising.
+is the reader a notebook holds (``RunReader``, ``open_run``, ``list_runs``) and offers all of those names too.
+One idea, reading runs, whose length is the damage it names instead of raising.
 """
 
 from __future__ import annotations
