@@ -246,7 +246,7 @@ async def play_steps(trainer: object, generator: Generator, record: dict, steps:
         if step == 1:  # no log call for a while: the heartbeat alone refreshes the status
             status = Path(trainer.tracker.run_dir) / "status.json"
             first = json.loads(status.read_text())
-            time.sleep(4 * trainer.tracker._heartbeat_s)
+            time.sleep(4 * trainer.tracker.life.heartbeat_s)
             record["heartbeats"] = [first, json.loads(status.read_text())]
     trainer.tracker.finish()
 
