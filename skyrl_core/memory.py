@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core.catalog import TINY_MODEL, TINY_MODEL_SHAPE
+
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
 
@@ -46,13 +48,10 @@ GPU_MEMORY_GIB: dict[str, float] = {
     "H100": 80, "H20": 96, "H200": 141, "B200": 180,
 }
 
-#: The built-in model's shape (backend/skyrl_engine/models.py: ``TinyModelSpec`` and its 102-token
-#: character vocabulary); tests/contracts/test_memory.py checks the two agree.
-TINY_QWEN2: dict[str, Any] = {
-    "model_type": "qwen2", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "intermediate_size": 384, "vocab_size": 102, "tie_word_embeddings": True,
-}
-_TINY_PATH = "builtin://tiny-qwen2"
+#: The built-in model's shape, from the catalog (the engine builds the same; tests/contracts/test_memory.py checks
+#: the vocabulary against the character tokenizer's).
+TINY_QWEN2: dict[str, Any] = dict(TINY_MODEL_SHAPE)
+_TINY_PATH = TINY_MODEL
 _DECODERS = ("llama", "mistral", "qwen2", "qwen3")
 
 

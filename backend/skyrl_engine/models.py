@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from skyrl_core.catalog import TINY_MODEL
+from skyrl_core.catalog import TINY_MODEL, TINY_MODEL_SHAPE
 from skyrl_engine.cache import cache_root, file_lock
 from skyrl_engine.gguf_models import SMOLLM2, gguf_model_dir, packaged_smollm2, special_token_problems
 
@@ -40,12 +40,12 @@ CHAT_TEMPLATE = (
 class TinyModelSpec:
     """Shape of the built-in model and its supervised warm start."""
 
-    hidden_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    intermediate_size: int = 384
-    max_position_embeddings: int = 256
+    hidden_size: int = TINY_MODEL_SHAPE["hidden_size"]  # the catalog's shape (skyrl_core.catalog)
+    num_hidden_layers: int = TINY_MODEL_SHAPE["num_hidden_layers"]
+    num_attention_heads: int = TINY_MODEL_SHAPE["num_attention_heads"]
+    num_key_value_heads: int = TINY_MODEL_SHAPE["num_key_value_heads"]
+    intermediate_size: int = TINY_MODEL_SHAPE["intermediate_size"]
+    max_position_embeddings: int = TINY_MODEL_SHAPE["max_position_embeddings"]
     sft_steps: int = 100
     sft_batch_size: int = 64
     sft_lr: float = 3e-3
