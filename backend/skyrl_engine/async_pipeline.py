@@ -36,7 +36,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyrl_core.config import JobConfig
 
 __all__ = [
     "GeneratedBatch",
@@ -47,7 +50,7 @@ __all__ = [
 ]
 
 
-def staleness_bound(cfg: Any) -> int:
+def staleness_bound(cfg: JobConfig) -> int:
     """The staleness bound a config asks for: 0 sync, 1 one-step async, S fully async.
 
     Reads ``trainer.fully_async.enabled``, ``trainer.fully_async.max_staleness_steps`` and

@@ -33,21 +33,21 @@ from skyrl_engine.trainable import TrainableWorker, forward_rows, updates_per_st
 if TYPE_CHECKING:
     import torch
 
-    from skyrl_core.config import TrainerConfig
+    from skyrl_core.config import JobConfig, TrainerConfig
     from skyrl_engine.types import TrainBatch
 
 CRITIC_DIR = "critic"
 VALUE_HEAD_INIT_SEED_OFFSET = 7919  # the head's init is seeded from trainer.seed, apart from other streams
 
 
-def needs_critic(cfg: Any) -> bool:
+def needs_critic(cfg: JobConfig) -> bool:
     """True when the config's advantage estimator uses critic values (``gae``)."""
     from skyrl_core.choices import AdvantageEstimator
 
     return cfg.trainer.algorithm.advantage_estimator == AdvantageEstimator.GAE
 
 
-def critic_model_path(cfg: Any, policy_model_path: str) -> str:
+def critic_model_path(cfg: JobConfig, policy_model_path: str) -> str:
     """``trainer.critic.model.path``, or the policy's (resolved) directory when it is None or the same."""
     path = cfg.trainer.critic.model.path
     if not path or path == cfg.trainer.policy.model.path:  # e.g. both builtin://tiny-qwen2

@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING, Any
 from skyrl_core.metric_names import REWARD_KEY
 
 if TYPE_CHECKING:
-    from skyrl_core.config import DynamicSamplingConfig, OverlongBufferConfig, SamplingParams
+    from skyrl_core.config import DynamicSamplingConfig, JobConfig, OverlongBufferConfig, SamplingParams
     from skyrl_engine.types import GeneratorOutput, PromptRow
 
 _SEED_MOD = 2**63 - 1
 
 
-def dapo_enabled(cfg: Any) -> bool:
+def dapo_enabled(cfg: JobConfig) -> bool:
     """Whether any DAPO sampling feature is switched on in ``cfg``."""
     a = cfg.trainer.algorithm
     return bool(a.dynamic_sampling.type or cfg.generator.apply_overlong_filtering or a.overlong_buffer.len > 0)
@@ -204,7 +204,7 @@ class DynamicSampler:
         self.overlong_filtering = bool(apply_overlong_filtering)
 
     @classmethod
-    def from_config(cls, cfg: Any, train_rows: list[PromptRow]) -> DynamicSampler | None:
+    def from_config(cls, cfg: JobConfig, train_rows: list[PromptRow]) -> DynamicSampler | None:
         """The sampler ``cfg`` asks for, or None when no DAPO sampling feature is on."""
         if not dapo_enabled(cfg):
             return None

@@ -25,6 +25,7 @@ from skyrl_engine.cache import cache_root, file_lock
 from skyrl_engine.gguf_models import SMOLLM2, gguf_model_dir, packaged_smollm2, special_token_problems
 
 if TYPE_CHECKING:
+    from skyrl_core.runs import RunWriter
     from skyrl_engine.types import PromptRow
 
 PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<|unk|>"
@@ -310,7 +311,7 @@ def param_count(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def keep_tokenizer(model_path: str, writer: Any) -> None:
+def keep_tokenizer(model_path: str, writer: RunWriter) -> None:
     """Copy the model's ``tokenizer.json`` into ``<run_dir>/tokenizer/``: the inspector decodes tokens with it."""
     source = os.path.join(model_path, "tokenizer.json")
     if os.path.isfile(source):

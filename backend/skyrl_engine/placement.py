@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import html
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # The arithmetic and the rules are skyrl_core's (the form, Cluster.plan/launch and `validate` use the same).
 from skyrl_core.placement import (
@@ -43,6 +43,9 @@ from skyrl_core.placement import (
 )
 from skyrl_core.placement import plan_placement as _plan_on
 from skyrl_engine.ray_runtime import is_submitted_job
+
+if TYPE_CHECKING:
+    from skyrl_core.config import JobConfig
 
 __all__ = [
     "ClusterResources",
@@ -71,7 +74,7 @@ def cluster_resources() -> ClusterResources:
     return ClusterResources(total={k: float(v) for k, v in ray.cluster_resources().items()}, nodes=nodes)
 
 
-def plan_placement(cfg: Any = None, *, device: str | None = None, **overrides: Any) -> PlacementPlan:
+def plan_placement(cfg: JobConfig | None = None, *, device: str | None = None, **overrides: Any) -> PlacementPlan:
     """``skyrl_core.placement.plan_placement`` where ``device`` None picks GPU when the connected Ray cluster
     has any, else CPU.
 
@@ -91,7 +94,7 @@ def refuse_impossible(plan: PlacementPlan, cluster: ClusterResources | None = No
         raise PlacementError("; ".join(problems), problems)
 
 
-def validate_placement(cfg: Any) -> list[str]:
+def validate_placement(cfg: JobConfig) -> list[str]:
     """What ``python -m skyrl_engine validate`` says of ``cfg``'s placement: on the Ray cluster the process runs
     in (a submitted job), the cluster-size rules too; by hand, the config-only rules ``train`` by hand applies."""
 

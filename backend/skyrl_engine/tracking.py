@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyrl_core.choices import RunState
 from skyrl_core.store import is_url
+
+if TYPE_CHECKING:
+    from skyrl_core.config import JobConfig
+    from skyrl_core.runs import RunWriter
 
 RUN_ID_TAG = "skyrl_nb.run_id"
 #: The console tracker's step line as a regular expression: what a log monitor matches (HyperPod's
@@ -57,7 +61,7 @@ def _need(module: str, logger: str, package: str) -> Any:
 class ConsoleTracker:
     """One stable line per step on stdout."""
 
-    def __init__(self, cfg: Any, total_steps: int):
+    def __init__(self, cfg: JobConfig, total_steps: int):
         self.run_id, self.total_steps = cfg.run.run_id, total_steps
 
     def log_metrics(self, step: int, row: dict[str, Any]) -> None:
@@ -76,7 +80,7 @@ class ConsoleTracker:
 class MlflowTracker:
     """Params, per-step metrics and the end of the run in one MLflow run (see the module docstring)."""
 
-    def __init__(self, cfg: Any, total_steps: int):
+    def __init__(self, cfg: JobConfig, total_steps: int):
         mlflow = _need("mlflow", "mlflow", "mlflow-skinny")
         from mlflow.entities import Metric, Param, RunTag
         from mlflow.tracking import MlflowClient
@@ -119,7 +123,7 @@ class MlflowTracker:
 class TensorboardTracker:
     """Scalars for TensorBoard (see the module docstring)."""
 
-    def __init__(self, cfg: Any, total_steps: int):
+    def __init__(self, cfg: JobConfig, total_steps: int):
         _need("tensorboard", "tensorboard", "tensorboard")
         from torch.utils.tensorboard import SummaryWriter
 
@@ -141,7 +145,7 @@ class TensorboardTracker:
 class WandbTracker:
     """Weights & Biases, where installed (see the module docstring)."""
 
-    def __init__(self, cfg: Any, total_steps: int):
+    def __init__(self, cfg: JobConfig, total_steps: int):
         wandb = _need("wandb", "wandb", "wandb")
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "skyrl-nb"), name=str(cfg.run.run_id),
                               id=str(cfg.run.run_id), resume="allow", config=cfg.to_dotted())
@@ -161,7 +165,7 @@ TRACKERS = {"console": ConsoleTracker, "mlflow": MlflowTracker, "tensorboard": T
 class Tracking:
     """The trackers ``trainer.logger`` names, fed by the run store's writer."""
 
-    def __init__(self, cfg: Any, writer: Any, total_steps: int):
+    def __init__(self, cfg: JobConfig, writer: RunWriter, total_steps: int):
         names = cfg.trainer.logger if isinstance(cfg.trainer.logger, list) else [cfg.trainer.logger]
         self.trackers = [TRACKERS[str(name)](cfg, total_steps) for name in dict.fromkeys(map(str, names))]
         self._writer = writer

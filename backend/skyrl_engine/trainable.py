@@ -39,7 +39,7 @@ from skyrl_engine.distributed import (
 from skyrl_engine.models import copy_state_dict
 
 if TYPE_CHECKING:
-    from skyrl_core.config import TrainerConfig
+    from skyrl_core.config import FSDPConfig, OptimizerConfig, TrainerConfig
     from skyrl_engine.types import TrainBatch
 
 FSDP_CONFIG_FILE = "fsdp_config.json"
@@ -56,7 +56,7 @@ def extra_state_file(world_size: int, rank: int) -> str:
     return f"extra_state_world_size_{world_size}_rank_{rank}.pt"
 
 
-def make_optimizer(model: Any, optimizer_config: Any, total_optimizer_steps: int) -> tuple[Any, Any]:
+def make_optimizer(model: Any, optimizer_config: OptimizerConfig, total_optimizer_steps: int) -> tuple[Any, Any]:
     """AdamW over ``model``'s parameters and its LR schedule, from an ``optimizer_config`` section."""
     import torch
     from transformers import get_scheduler
@@ -98,7 +98,7 @@ class TrainableWorker:
     role = "trainable"
     missing_hint = ""  # appended when a checkpoint has no directory for this role
 
-    def _setup(self, optimizer_config: Any, fsdp_config: Any, total_optimizer_steps: int, rank: int,
+    def _setup(self, optimizer_config: OptimizerConfig, fsdp_config: FSDPConfig, total_optimizer_steps: int, rank: int,
                world_size: int) -> None:
         self.optimizer_config, self.fsdp_config = optimizer_config, fsdp_config
         self.total_optimizer_steps = max(1, total_optimizer_steps)

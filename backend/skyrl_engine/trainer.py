@@ -8,6 +8,8 @@ output (:class:`skyrl_engine.dapo.DynamicSampler`), not a wrapper around the wor
 
 Everything random is derived from ``trainer.seed`` and the step number (sampling generators,
 data order), so a run resumed from a checkpoint repeats exactly what an uninterrupted run does.
+
+One idea, the step and the loop around it (restore, eval, checkpoint); the parts it calls live in their modules.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from skyrl_engine.tasks import PromptLoader
 from skyrl_engine.types import GeneratorOutput, PromptRow, TrainBatch, step_seed
 
 if TYPE_CHECKING:
+    from skyrl_core.config import JobConfig
+    from skyrl_core.runs import RunWriter
     from skyrl_engine.workers import Workers
 
 class StopRequested(Exception):
@@ -148,7 +152,7 @@ def with_ground_truth(out: GeneratorOutput, rows: list[PromptRow]) -> GeneratorO
 class RLTrainer:
     """The driver. ``RLTrainer(cfg, writer, workers, train_rows, val_rows, model_path).train()``."""
 
-    def __init__(self, cfg: Any, writer: Any, workers: Workers, train_rows: list[PromptRow], val_rows: list[PromptRow]):
+    def __init__(self, cfg: JobConfig, writer: RunWriter, workers: Workers, train_rows: list[PromptRow], val_rows: list[PromptRow]):
 
         t = cfg.trainer
         self.cfg = cfg
