@@ -268,8 +268,8 @@ class PipelinedTrainer:
     async modes it sees the generator's weights (at most the staleness bound behind). On resume, the
     first batch is generated with the checkpoint's weights (staleness 0).
 
-    >>> trainer = PipelinedTrainer(RLTrainer(cfg, writer, workers, train_rows, val_rows), max_staleness_steps=1)
-    >>> trainer.train()
+    >>> engine = build(cfg.with_overrides(["trainer.async_one_step=true"]))   # skyrl_engine.build: this wrapper
+    >>> engine.train()
     """
 
     def __init__(self, trainer: Any, max_staleness_steps: int) -> None:

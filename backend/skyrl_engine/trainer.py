@@ -150,7 +150,7 @@ def with_ground_truth(out: GeneratorOutput, rows: list[PromptRow]) -> GeneratorO
 
 
 class RLTrainer:
-    """The driver. ``RLTrainer(cfg, writer, workers, train_rows, val_rows, model_path).train()``."""
+    """The driver, over the workers of one run; :func:`skyrl_engine.build.build` makes it: ``build(cfg).train()``."""
 
     def __init__(self, cfg: JobConfig, writer: RunWriter, workers: Workers, train_rows: list[PromptRow], val_rows: list[PromptRow]):
 

@@ -137,3 +137,30 @@ def test_no_product_file_outgrows_one_reader() -> None:
                 if "one idea" not in doc.lower():
                     long.append(f"{path.relative_to(ROOT)} ({lines} lines)")
     assert long == [], "over 400 lines without saying why they are one idea: " + ", ".join(long)
+
+
+# tests of the pieces the composition root puts together: they put them together by hand on purpose
+BY_HAND = {"tests/engine/test_trainer.py", "tests/async/test_async_trainer.py", "tests/engine/test_data_parallel.py",
+           "tests/combination_matrix.py", "tests/notebook/test_resume.py"}
+
+
+def test_one_composition_root() -> None:
+    """``Workers.create(`` and ``RLTrainer(`` are called in ``skyrl_engine.build`` and, outside it, only by the tests
+    of those pieces; the CLI, the benches and every other test build through ``build``."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith((".venv/", "backend/skyrl_engine/build.py")) or rel in BY_HAND or "/." in rel:
+            continue
+        try:
+            tree = ast.parse(path.read_text())
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else (f"{getattr(f.value, 'id', '')}.{f.attr}"
+                                                              if isinstance(f, ast.Attribute) else "")
+                if name in ("RLTrainer", "Workers.create"):
+                    found.append(f"{rel}:{node.lineno} {name}(")
+    assert found == [], "built by hand outside skyrl_engine.build:\n" + "\n".join(found)
