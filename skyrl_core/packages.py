@@ -4,8 +4,8 @@ A config may need packages the engine does not always bring: vLLM (``generator.i
 vllm``), SkyRL's trainer (``run.engine: skyrl``) and the trackers' packages (``trainer.logger``: wandb,
 mlflow, tensorboard). :data:`ANSWER` is the code that answers every question at once where a job runs (it
 calls the engine's own ``find_vllm_python`` and ``skyrl_bridge.probe``, so it runs where ``skyrl_engine``
-imports): ``skyrl_nb.cluster.packages`` sends it as one probe job per cluster (or runs it in the kernel for
-a local cluster on this interpreter), ``python -m skyrl_engine validate`` runs it in its own process. Both
+imports): ``skyrl_nb.cluster.packages`` sends it as one probe job per cluster (or, for a
+local cluster on this interpreter, as a process of it), ``python -m skyrl_engine validate`` runs it in its own process. Both
 turn the answer into lines with :func:`package_lines`, so a refusal reads the same everywhere.
 
 >>> from skyrl_core.config import load_config
@@ -30,8 +30,8 @@ SKYRL_INSTALL = "pip install 'skyrl[fsdp]=={version}' in the cluster's Python 3.
 LOGGER_PACKAGES: dict[str, tuple[str, str]] = {
     "mlflow": ("mlflow", "mlflow-skinny"), "tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
 }
-#: The answer, computed where the job runs: a probe job runs this text, and so do a local cluster's kernel and
-#: ``validate`` (it leaves ``report``; it imports ``skyrl_engine``, which this package never does itself).
+#: The answer, computed where the job runs: a probe job runs this text, and so do a local cluster's check process
+#: and ``validate`` (it leaves ``report``; it imports ``skyrl_engine``, which this package never does itself).
 ANSWER = f"""
 import importlib.util, sys
 report = {{"{MARKER}": 1, "python": sys.version.split()[0]}}

@@ -6,9 +6,9 @@ answer is kept on the ``Cluster`` object, so the form, ``Cluster.plan`` and ``Cl
 once (``cluster._package_report = None`` asks again).
 
 A cluster whose jobs run this very interpreter on this machine (``LocalCluster``: ``runs_here``, its
-``python`` is ``sys.executable``, the installed engine) is answered here by the same code, without a job,
-unless SkyRL is installed (importing its trainer to check it belongs in a job, not in the kernel). The job's
-environment variables are its head's, which a local head takes from the kernel that started it.
+``python`` is ``sys.executable``, the installed engine) is answered by the same code in a process of this
+interpreter, without a job (the kernel itself never imports the engine). The job's environment variables are its
+head's, which a local head takes from the kernel that started it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from skyrl_core.packages import ANSWER, MARKER, answer_here, package_lines, packages_needed
+from skyrl_core.packages import ANSWER, MARKER, package_lines, packages_needed
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
@@ -30,17 +30,30 @@ _SCRIPT = ANSWER + "import json; print(json.dumps(report))\n"
 
 
 def _answers_here(cluster: Cluster) -> bool:
-    """Whether ``cluster``'s jobs run this interpreter with its installed engine, so this process can answer."""
-    import importlib.metadata
+    """Whether ``cluster``'s jobs run this interpreter with its installed engine, so a process of it can answer."""
+    return bool(getattr(cluster, "runs_here", False) and getattr(cluster, "python", None) == sys.executable
+                and getattr(cluster, "code", None) == "installed")
 
-    if not (getattr(cluster, "runs_here", False) and getattr(cluster, "python", None) == sys.executable
-            and getattr(cluster, "code", None) == "installed"):
-        return False
+
+def _ask_a_process(timeout: float) -> dict[str, Any]:
+    """:data:`skyrl_core.packages.ANSWER` run by this interpreter in a process of its own (what a job of a local
+    cluster would run), read back from its last line that carries the marker."""
+    import json
+    import subprocess
+
     try:
-        importlib.metadata.version("skyrl")
-    except importlib.metadata.PackageNotFoundError:
-        return True
-    return False  # SkyRL is installed: checking that its trainer imports is a job's work, not the kernel's
+        done = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the package check did not answer within {timeout:.0f} s"}
+    for line in reversed(done.stdout.strip().splitlines()):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(found, dict) and MARKER in found:
+            return found
+    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"error": f"the package check ended with exit {done.returncode} without an answer (its last line: {last[:160]})"}
 
 
 def package_report(cluster: Cluster, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
@@ -50,7 +63,7 @@ def package_report(cluster: Cluster, timeout: float = PROBE_TIMEOUT_S) -> dict[s
     if cached is not None:
         return cached
     if _answers_here(cluster):
-        report = {**answer_here(), "asked": "here"}
+        report = {**_ask_a_process(timeout), "asked": "here"}
     else:
         report = {**_ask_with_a_job(cluster, timeout), "asked": "job"}
     cluster._package_report = report
