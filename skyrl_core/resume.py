@@ -17,13 +17,14 @@ import os
 import re
 from typing import Any
 
+from skyrl_core.runs import RunReader
 from skyrl_core.store import is_url, open_store
 
 LATEST_FILE = "latest_ckpt_global_step.txt"
 """The file in a checkpoint root naming the newest complete checkpoint (SkyRL's layout)."""
 STEP_PREFIX = "global_step_"
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
-_PART = re.compile(r"^step_(\d{6,})\.parquet$")
+STEP_DIR_RE = re.compile(r"^global_step_(\d+)$")
+"""A checkpoint folder's name; its group is the step."""
 ATTEMPT_ENV = "SKYRL_NB_ATTEMPT"
 """The environment variable a resubmission sets to its attempt number (1 for ``<run>-r1``); the engine
 writes it into the ``resumed`` event."""
@@ -63,12 +64,9 @@ def latest_checkpoint(root: str) -> int | None:
 
 def history_step(run_dir: str | os.PathLike[str]) -> int:
     """The last step a run has written (a metrics line or a trajectory part); 0 when it has none."""
-    from skyrl_core.runs import RunReader
-
     reader = RunReader(run_dir)
     steps = [row["step"] for row in reader.metrics() if isinstance(row.get("step"), int)]
-    parts = [int(m.group(1)) for name in reader.store.list("trajectories") if (m := _PART.match(name))]
-    return max([0, *steps, *parts])
+    return max([0, *steps, *reader.trajectory_steps()])
 
 
 def no_checkpoint_problem(run_id: str, ckpt_interval: Any, stopped_at: int, *,

@@ -278,7 +278,22 @@ class Job:
         except RuntimeError as err:
             return str(err), True
         root = checkpoint_root(trainer.get("ckpt_path"), self.run_dir)
+        if trainer.get("ckpt_path") and not self._sees_here(root):
+            # trainer.ckpt_path on the cluster's own disk (the default is beside the run store, which the notebook
+            # reads): this notebook cannot tell, and the engine refuses a resume that would overwrite history
+            # before it writes anything
+            return None, True
         return resume_problem(self.run_dir, root, trainer.get("ckpt_interval", "?"), instead=RESTART_HINT), True
+
+    def _sees_here(self, path: str) -> bool:
+        """Whether this notebook reads ``path`` as the cluster's jobs do: an object-store URL, a cluster on this
+        machine, or a folder the cluster shares (``shared_paths``)."""
+        from skyrl_core.store import is_url
+
+        if is_url(path) or self.cluster is None or getattr(self.cluster, "runs_here", False):
+            return True
+        under_shared = getattr(self.cluster, "_under_shared", None)
+        return bool(under_shared and under_shared(path))
 
     def restart_as_new(self, overrides: list[str] | None = None, run_id: str | None = None) -> Job:
         """Launch this job's config again as a new run (`<run_id>-new`, `-new2`, ... unless `run_id` is given),

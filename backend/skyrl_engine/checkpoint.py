@@ -34,17 +34,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from typing import Any
 
 # where checkpoints live and which is the latest: one rule for the notebook and the engine, in skyrl_core
-from skyrl_core.resume import LATEST_FILE, STEP_PREFIX, latest_checkpoint
+from skyrl_core.resume import LATEST_FILE, STEP_DIR_RE, STEP_PREFIX, latest_checkpoint
 from skyrl_core.resume import checkpoint_root as checkpoint_root
 from skyrl_core.store import is_url, open_store
-
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
 def step_dir(root: str, step: int) -> str:
@@ -131,7 +128,7 @@ def fetch(ckpt_dir: str) -> str:
 
 def step_of(path: str) -> int:
     """N from a ``.../global_step_N`` directory; ValueError otherwise."""
-    m = _STEP_DIR.match(os.path.basename(os.path.normpath(path)))
+    m = STEP_DIR_RE.match(os.path.basename(os.path.normpath(path)))
     if not m:
         raise ValueError(f"trainer.resume_path: {path!r} is not a global_step_N checkpoint directory")
     return int(m.group(1))
@@ -178,7 +175,7 @@ def prune(root: str, max_to_keep: int) -> list[int]:
     if max_to_keep is None or max_to_keep < 0:
         return []
     store = open_store(root)
-    steps = sorted(int(m.group(1)) for name in store.folders() if (m := _STEP_DIR.match(name)))
+    steps = sorted(int(m.group(1)) for name in store.folders() if (m := STEP_DIR_RE.match(name)))
     doomed = steps[: max(0, len(steps) - max(max_to_keep, 1))]
     for step in doomed:
         if is_url(root):

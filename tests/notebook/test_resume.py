@@ -223,3 +223,25 @@ def test_resume_is_refused_before_submitting_and_a_new_run_is_offered(
     assert "resume" not in bad_header.actions and "a resume repeats" in bad_header.note
     dash.stop()
     bad_dash.stop()
+
+
+def test_checkpoints_on_the_clusters_own_disk_are_left_to_the_engine(tmp_path) -> None:
+    """A remote cluster whose ``trainer.ckpt_path`` this notebook cannot see: no refusal from here (the engine's own
+    guard refuses a resume that would overwrite history); the same run on a cluster on this machine is refused."""
+    from types import SimpleNamespace
+
+    from skyrl_core.runs import RunWriter
+    from skyrl_nb.jobs import Job
+
+    run_dir = tmp_path / "runs" / "far"
+    writer = RunWriter(run_dir)
+    writer.log_metrics(1, {"reward/avg_raw_reward": 0.5})
+    writer.set_status("stopped", step=1)
+    config = {"trainer": {"ckpt_path": "/cluster-only/ckpts", "ckpt_interval": 50}}
+    for runs_here, refused in ((False, False), (True, True)):
+        cluster = SimpleNamespace(runs_here=runs_here, shared_paths=[], _under_shared=lambda path: False)
+        job = Job(cluster, submission_id="far", run_id="far", run_dir=str(run_dir))
+        job.status = lambda: "stopped"  # what Ray says of the ended job
+        job.submitted_config = lambda: config
+        problem, final = job.resume_check()
+        assert final and (problem is not None) == refused, (runs_here, problem)
