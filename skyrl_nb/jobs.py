@@ -9,6 +9,9 @@ A job killed without a word (kill -9, out of memory) leaves a `status.json` that
 `running`. `status()` reports such a job as `lost` as soon as its death is known: Ray says the job
 failed, or, on a cluster on this machine, the engine's pid recorded in `status.json` is gone; it does
 not wait for the heartbeat to go stale.
+
+One idea, a job as the notebook holds it (its state, logs, stop, resume, export); its length is the states a job
+ends in and what each allows next.
 """
 
 from __future__ import annotations
