@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core.choices import Stage
-from skyrl_core.lifecycle import HEARTBEAT_S, RunLifecycle
+from skyrl_core.lifecycle import RunLifecycle
 from skyrl_core.metric_names import REWARD_KEY, REWARD_STD_KEY, pass_at_key
 from skyrl_core.run_files import trajectory_row
 from skyrl_core.store import is_url
@@ -169,7 +169,7 @@ class RLTrainer:
         self.ckpt_root = checkpoint.checkpoint_root(t.ckpt_path, str(cfg.run_dir))
         self.global_step = 0
         #: status (with a heartbeat while training), the started / resumed / finished events, the end once
-        self.life = RunLifecycle(writer, HEARTBEAT_S)
+        self.life = RunLifecycle(writer)
 
     def _rank_records(self) -> dict[str, Any]:
         """A policy or critic on several ranks: each rank's ``{rank, strategy, node_id, pid}`` by role."""
