@@ -18,3 +18,8 @@ TINY_MODEL_SHAPE: dict[str, object] = {
 counts (``skyrl_core.memory``); its vocabulary is the character tokenizer's 102 tokens."""
 BUILTIN_DATASETS = tuple(f"{BUILTIN_PREFIX}{name}/{split}" for name in ("arithmetic", "text2sql", "word_problems")
                          for split in ("train", "test"))
+INPUTS_PREFIX = "inputs://"
+"""A file the notebook shipped into the run's own folder: ``inputs://<name>`` is ``<run_dir>/inputs/<name>``
+(``skyrl_core.user_inputs``)."""
+HF_PREFIX = "hf://"
+"""A Hugging Face dataset, read in the notebook through ``datasets`` and shipped with the job."""

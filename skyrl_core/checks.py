@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from skyrl_core.catalog import BUILTIN_DATASETS, BUILTIN_MODELS, BUILTIN_PREFIX
+from skyrl_core.catalog import BUILTIN_DATASETS, BUILTIN_MODELS, BUILTIN_PREFIX, HF_PREFIX, INPUTS_PREFIX
 from skyrl_core.choices import (
     GROUP_ESTIMATORS,
     AdvantageEstimator,
@@ -131,8 +131,15 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozens
         (("trainer.critic.fsdp_config.wrap_policy",), lambda: _wrap_policy_problems("critic", t.critic.fsdp_config)),
         (("trainer.policy.model.lora", "trainer.critic.model.lora", "trainer.placement",
           "trainer.algorithm.advantage_estimator"), lambda: _lora_problems(cfg)),
-        (("data.train_data",), lambda: _data_file_problems("train_data", cfg.data.train_data, check_files)),
-        (("data.val_data",), lambda: _data_file_problems("val_data", cfg.data.val_data, check_files)),
+        (("data.train_data", "data.columns"),
+         lambda: _data_file_problems("train_data", cfg.data.train_data, check_files, cfg.data.columns)),
+        (("data.val_data", "data.columns"),
+         lambda: _data_file_problems("val_data", cfg.data.val_data, check_files, cfg.data.columns)),
+        (("reward.functions",), lambda: _reward_function_problems(cfg.reward.functions)),
+        (("reward.functions", "generator.max_turns"),
+         lambda: [f"reward.functions: reward functions score one answer; generator.max_turns={g.max_turns} plays "
+                  "episodes that an environment scores (environment.env_class); allowed: max_turns 1 with reward "
+                  "functions"] if cfg.reward.functions and g.max_turns > 1 else []),
         (("trainer.policy.model.path",),
          lambda: _model_path_problems("trainer.policy.model.path", t.policy.model.path, check_files)),
         (("trainer.critic.model.path", "trainer.algorithm.advantage_estimator"),  # the same path as the policy's is fine
@@ -392,18 +399,56 @@ def local_paths(cfg: JobConfig) -> dict[str, list[str]]:
     return found
 
 
+def _reward_function_problems(functions: list[Any]) -> list[str]:
+    """``reward.functions``: names once each, not one of skyrl-nb's own series, and each ``file`` a shipped
+    ``inputs://`` file or ``module:function``."""
+    from skyrl_core.reward_functions import RESERVED_NAMES
+
+    found, seen = [], set()
+    for i, function in enumerate(functions):
+        key = f"reward.functions[{i}]"
+        if function.name in seen or function.name in RESERVED_NAMES:
+            found.append(f"{key}.name: {function.name!r} is taken (by another function, or by skyrl-nb's own "
+                         f"reward/{function.name}); give another name")
+        seen.add(function.name)
+        where = function.file
+        if not where.startswith(INPUTS_PREFIX) and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", where):
+            found.append(f"{key}.file: {shown(where)} is neither a shipped function ({INPUTS_PREFIX}...) nor "
+                         "module:function")
+    return found
+
+
 def _local_path(text: str) -> Path | None:
     """``text`` as a local path (``~`` expanded), None when no file can have that name (a NUL byte)."""
     return None if "\x00" in text else Path(os.path.expanduser(text))
 
 
-def _data_file_problems(key: str, items: list[str], check_files: bool) -> list[str]:
+def _data_file_problems(key: str, items: list[str], check_files: bool,
+                        columns: dict[str, str] | None = None) -> list[str]:
+    from skyrl_core.datarows import SUFFIXES, data_file_problems
+    from skyrl_core.store import url_problem
+
     found = []
     for item in items:
         if item.startswith(BUILTIN_PREFIX):
             if item not in BUILTIN_DATASETS:
                 found.append(f"data.{key}: {shown(item)} is not a built-in dataset; allowed: "
                              f"{', '.join(BUILTIN_DATASETS)}")
+            continue
+        if item.startswith(INPUTS_PREFIX):
+            continue  # data launch() shipped into the run's own folder (skyrl_core.user_inputs)
+        if item.startswith(HF_PREFIX):
+            found.append(f"data.{key}: {shown(item)} is a Hugging Face dataset, which launch() reads in the notebook "
+                         "and ships with the job; launch the config with cluster.launch or %skyrl launch")
+            continue
+        if "://" in item:
+            problem = url_problem(item, f"data.{key}", check_files=check_files)
+            if problem:
+                found.append(problem)
+            elif not item.endswith(SUFFIXES):
+                found.append(f"data.{key}: {shown(item)} has no suffix of {', '.join(SUFFIXES)}")
+            elif check_files:
+                found.extend(data_file_problems(f"data.{key}", item, columns=columns))
             continue
         path = _local_path(item)
         if not check_files:
@@ -415,9 +460,7 @@ def _data_file_problems(key: str, items: list[str], check_files: bool) -> list[s
         elif path.suffix not in (".parquet", ".jsonl", ".json"):
             found.append(f"data.{key}: {shown(item)} has suffix {path.suffix!r}; allowed: .parquet, .jsonl, .json")
         else:  # the first rows, read where the data is, in the shape the engine's loader needs
-            from skyrl_core.datarows import data_file_problems
-
-            found.extend(data_file_problems(f"data.{key}", str(path)))
+            found.extend(data_file_problems(f"data.{key}", str(path), columns=columns))
     return found
 
 

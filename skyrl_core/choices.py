@@ -67,6 +67,12 @@ class ResumeMode(StrEnum):
     NONE, LATEST, FROM_PATH = "none", "latest", "from_path"
 
 
+class RewardErrors(StrEnum):
+    """``reward.errors``: what a reward function that raises on a sample does. ``skip``: that sample scores 0 for
+    it, the error's last line is kept with the sample and counted in ``reward/errors``; ``fail``: the job stops."""
+    SKIP, FAIL = "skip", "fail"
+
+
 class Backend(StrEnum):
     """``generator.inference_engine.backend``: who samples."""
     TORCH, VLLM = "torch", "vllm"

@@ -82,6 +82,8 @@ from skyrl_core.sections import (  # the schema's sections, offered here with Jo
     OverlongBufferConfig,
     PlacementConfig,
     PolicyConfig,
+    RewardConfig,
+    RewardFunctionConfig,
     RunConfig,
     SamplingParams,
     TrainerConfig,
@@ -147,6 +149,8 @@ __all__ = [
     'OverlongBufferConfig',
     'PlacementConfig',
     'PolicyConfig',
+    'RewardConfig',
+    'RewardFunctionConfig',
     'RunConfig',
     'SamplingParams',
     'TrainerConfig',
@@ -180,6 +184,7 @@ class JobConfig(_Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
     run: RunConfig = Field(default_factory=RunConfig)
     plugins: list[str] = Field(default_factory=list)
     """Modules imported before validation (and in every engine process): they register advantage

@@ -20,6 +20,7 @@ from skyrl_core.choices import (
     LossReduction,
     Precision,
     ResumeMode,
+    RewardErrors,
     Scheduler,
     SequenceMaskMetric,
     Strategy,
@@ -76,6 +77,41 @@ class DataConfig(_Section):
 
     train_data: list[str] = Field(default_factory=lambda: ["builtin://arithmetic/train"])
     val_data: list[str] = Field(default_factory=lambda: ["builtin://arithmetic/test"])
+    # the rows' own column names for what skyrl-nb reads: {prompt: question, ground_truth: answer}
+    # (skyrl_core.datarows.COLUMN_ROLES); every other column reaches the environment and the reward functions
+    columns: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("columns")
+    @classmethod
+    def _known_roles(cls, value: dict[str, str]) -> dict[str, str]:
+        from skyrl_core.datarows import columns_problem
+
+        problem = columns_problem(value)
+        if problem:
+            raise ValueError(problem.split(": ", 1)[1])
+        return value
+
+
+class RewardFunctionConfig(_Section):
+    """One reward function of ``reward.functions``: its name (the series ``reward/<name>``), where it is, and its
+    weight in the sample's reward. ``file`` is ``inputs://reward-<name>-<hash>.pkl`` for a function written in a
+    cell and shipped with the job by ``launch(reward=...)``, or ``module:function`` for one in an importable module
+    (listed under ``plugins:`` to travel with the job)."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    file: str = Field(min_length=1)
+    weight: float = 1.0
+
+
+class RewardConfig(_Section):
+    """Reward functions written in Python (``skyrl_core.reward_functions``), scored in the engine's reward stage
+    in a pool of ``max_workers`` threads, each call at most ``timeout_s``. Empty ``functions``: each row's
+    environment scores it (``environment.env_class``)."""
+
+    functions: list[RewardFunctionConfig] = Field(default_factory=list)
+    timeout_s: float = Field(30.0, gt=0, le=3600)
+    errors: RewardErrors = RewardErrors.SKIP
+    max_workers: int = Field(16, ge=1, le=256)
 
 
 class LoraConfig(_Section):

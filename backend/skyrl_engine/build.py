@@ -81,10 +81,11 @@ def build(cfg: JobConfig, writer: RunWriter | None = None, *, model_path: str | 
     writer = writer if writer is not None else RunWriter(cfg.run_dir)
     set_torch_threads(cfg.trainer.num_threads)
     env_class = cfg.environment.env_class
+    reading = {"columns": cfg.data.columns, "run_dir": str(cfg.run_dir)}
     if train_rows is None:
-        train_rows = load_prompts(cfg.data.train_data, env_class)
+        train_rows = load_prompts(cfg.data.train_data, env_class, **reading)
     if val_rows is None:
-        val_rows = load_prompts(cfg.data.val_data, env_class) if cfg.data.val_data else []
+        val_rows = load_prompts(cfg.data.val_data, env_class, **reading) if cfg.data.val_data else []
     if model_path is None:
         started = time.perf_counter()
         note = model_build_note(cfg.trainer.policy.model.path, train_rows, cfg.trainer.seed)

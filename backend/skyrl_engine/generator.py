@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core.datarows import reward_columns
 from skyrl_engine.models import encode_prompt, load_model, load_tokenizer
 from skyrl_engine.multiturn import MultiTurnLoop
 from skyrl_engine.policy import prepare_worker
 from skyrl_engine.protocol import context_tokens, to_sample_batch
+from skyrl_engine.rewards import RewardPool
 from skyrl_engine.sampler import TorchSampler
 from skyrl_engine.tasks import EnvSettings, register_builtin_envs, score_response
 from skyrl_engine.types import GeneratorOutput, PromptRow
@@ -34,9 +36,11 @@ class SingleTurnLoop:
     """One assistant turn per sample: ``n`` completions per prompt, each scored by its row's environment."""
 
     def __init__(self, tokenizer: Any, backend: TokenGenerator,
-                 env_configs: dict[str, dict[str, Any]] | None = None) -> None:
+                 env_configs: dict[str, dict[str, Any]] | None = None, rewards: RewardPool | None = None) -> None:
         self.tokenizer = tokenizer
         self.backend = backend
+        self.rewards = rewards
+        """Reward functions (``reward.functions``) that score instead of the rows' environments."""
 
         self.env_configs = env_configs or {}
         self.env_settings = EnvSettings(self.env_configs)
@@ -58,11 +62,20 @@ class SingleTurnLoop:
         completions = self.backend.generate(prompt_ids, n, params, seed, stop_token_ids=[self.tokenizer.eos_token_id])
         samples = to_sample_batch(completions, prompt_ids, self.tokenizer.pad_token_id)
         responses = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in completions.response_ids]
-        rewards, env_metrics = [], []
-        for row, response in zip(expanded, responses, strict=True):
-            reward, metrics = score_response(row, response, env_config=self.env_settings(row.env_class))
-            rewards.append(reward)
-            env_metrics.append(metrics)
+        step_metrics: dict[str, float] = {}
+        columns = None
+        if self.rewards is not None:  # the user's reward functions, in their pool
+            scored = self.rewards.score([row.prompt if row.raw_prompt is None else row.raw_prompt for row in expanded],
+                                        responses, [reward_columns(row.extras, row.ground_truth) for row in expanded],
+                                        group_size=n)
+            rewards, env_metrics = scored.rewards, [{} for _ in expanded]
+            step_metrics, columns = scored.metrics(), scored.columns()
+        else:  # each row's environment
+            rewards, env_metrics = [], []
+            for row, response in zip(expanded, responses, strict=True):
+                reward, metrics = score_response(row, response, env_config=self.env_settings(row.env_class))
+                rewards.append(reward)
+                env_metrics.append(metrics)
         prompt_texts = {}
         for row in rows:
             key = json.dumps(row.prompt)
@@ -78,10 +91,12 @@ class SingleTurnLoop:
             data_sources=[row.data_source for row in expanded],
             env_metrics=env_metrics,
             group_size=n,
+            sample_columns=columns,
+            metrics=step_metrics,
         )
 
     def __repr__(self) -> str:
-        return f"SingleTurnLoop({self.backend!r})"
+        return f"SingleTurnLoop({self.backend!r}{', ' + repr(self.rewards) if self.rewards else ''})"
 
 
 class GeneratorWorker:
@@ -98,7 +113,7 @@ class GeneratorWorker:
                  plugins: list[str] | tuple[str, ...] = (), env_configs: dict[str, dict[str, Any]] | None = None,
                  placement: Any | None = None, colocated: bool = False, vllm_python: str | None = None,
                  seed: int = 0, engine_kwargs: dict[str, Any] | None = None,
-                 backend: TokenGenerator | None = None) -> None:
+                 backend: TokenGenerator | None = None, reward: Any = None, run_dir: str = "") -> None:
         from skyrl_core.choices import Backend
 
         self.num_threads = prepare_worker(num_threads, plugins)
@@ -133,7 +148,8 @@ class GeneratorWorker:
             self.loop: SingleTurnLoop | MultiTurnLoop = MultiTurnLoop(
                 self.tokenizer, self.backend, generator.max_turns, env_configs, trained_positions=trained_positions)
         else:
-            self.loop = SingleTurnLoop(self.tokenizer, self.backend, env_configs)
+            self.loop = SingleTurnLoop(self.tokenizer, self.backend, env_configs,
+                                       RewardPool.from_config(reward, run_dir) if reward is not None else None)
 
         register_builtin_envs()
 

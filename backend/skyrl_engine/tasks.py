@@ -290,7 +290,7 @@ def score_response(row: PromptRow, response: str, env_configs: dict[str, dict[st
 
 
 def read_rows(path: str) -> list[dict[str, Any]]:
-    """The raw rows of one dataset path (a file or ``builtin://arithmetic/{train,test}``)."""
+    """The raw rows of one dataset path: a file, an object-store URL, or ``builtin://arithmetic/{train,test}``."""
     if path.startswith(BUILTIN_PREFIX):
         name = path[len(BUILTIN_PREFIX) :]
         if name.startswith("text2sql/"):  # multi-turn text2sql on built-in SQLite files (text2sql_data.py)
@@ -302,41 +302,50 @@ def read_rows(path: str) -> list[dict[str, Any]]:
 
             raise ValueError(f"{path}: unknown built-in dataset; allowed: {', '.join(BUILTIN_DATASETS)}")
         return (arithmetic_rows if match.group(1) == "arithmetic" else word_problem_rows)(match.group(2))
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: dataset file not found")
     from skyrl_core.datarows import iter_rows
 
+    if "://" not in path and not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: dataset file not found")
     return list(iter_rows(path))
 
 
-def _to_prompt_row(raw: dict[str, Any], default_env_class: str, where: str) -> PromptRow:
-    """One row as a :class:`PromptRow`; the row shape is ``skyrl_core.datarows``' (validation checks the same)."""
-    from skyrl_core.datarows import prompt_parts
+def _to_prompt_row(raw: dict[str, Any], default_env_class: str, where: str,
+                   columns: dict[str, str] | None = None) -> PromptRow:
+    """One row as a :class:`PromptRow`, in any shape ``datarows.canonical_row`` reads (validation checks the same)."""
+    from skyrl_core.datarows import canonical_row, prompt_parts
+    from skyrl_core.user_inputs import reward_prompt
 
-    prompt, env_class, reward_spec = prompt_parts(raw, where)
-    extras = {k: v for k, v in raw.items() if k not in ("prompt", "env_class")}
+    row = canonical_row(raw, columns, where)
+    prompt, env_class, reward_spec = prompt_parts(row, where)
+    extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
     return PromptRow(
         prompt=prompt,
         env_class=str(env_class or default_env_class),
-        data_source=str(raw.get("data_source") or "unknown"),
+        data_source=str(row.get("data_source") or "unknown"),
         ground_truth=reward_spec.get("ground_truth"),
         extras=extras,
+        raw_prompt=reward_prompt(row),
     )
 
 
-def load_prompts(paths: list[str], default_env_class: str = "arithmetic") -> list[PromptRow]:
-    """All rows of ``paths`` (in order) as :class:`PromptRow`.
-
+def load_prompts(paths: list[str], default_env_class: str = "arithmetic", *, columns: dict[str, str] | None = None,
+                 run_dir: str | None = None) -> list[PromptRow]:
+    """All rows of ``paths`` (in order) as :class:`PromptRow`; ``inputs://`` paths are files in ``run_dir``
+    (``skyrl_core.user_inputs``), ``columns`` is ``data.columns``.
     >>> rows = load_prompts(["builtin://arithmetic/test"])
     >>> rows[0].env_class
     'arithmetic'
     """
     from skyrl_core.registry import shown
+    from skyrl_core.user_inputs import INPUTS_PREFIX, resolve_input
 
     rows: list[PromptRow] = []
     for path in paths:
-        for number, raw in enumerate(read_rows(path), start=1):  # counted from 1, as validation counts them
-            rows.append(_to_prompt_row(raw, default_env_class, f"{shown(path)} row {number}"))
+        if path.startswith(INPUTS_PREFIX) and run_dir is None:  # shipped with a job: the run's folder says where
+            raise ValueError(f"{path}: a file shipped with a job, read only with the run's folder (run_dir)")
+        where = path if run_dir is None else resolve_input(path, run_dir)
+        for number, raw in enumerate(read_rows(where), start=1):  # counted from 1, as validation counts them
+            rows.append(_to_prompt_row(raw, default_env_class, f"{shown(path)} row {number}", columns))
     return rows
 
 

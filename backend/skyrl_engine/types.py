@@ -33,6 +33,8 @@ class PromptRow:
     ground_truth: Any
     extras: dict[str, Any] = field(default_factory=dict)
     """The row without ``prompt`` and ``env_class``: what SkyRL hands the environment as ``extras``."""
+    raw_prompt: Any = None
+    """The prompt as the data gave it (text, or the messages): what a reward function receives (None: ``prompt``)."""
 
 
 @dataclass

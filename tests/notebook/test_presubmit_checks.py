@@ -57,7 +57,8 @@ def test_a_data_file_in_the_wrong_row_shape_is_refused_before_submission(ray_clu
                              [{"prompt": chat}, {"prompt": "2+2"}, {"prompt": [{"role": "user", "text": "3+3"}]}]))
     expected = {
         flat: f"data.train_data: '{flat}' row 1: column 'prompt' is missing (columns: 'question', 'answer'); "
-              "expected prompt as a non-empty list of {role, content} messages (or a string)",
+              "expected prompt as a non-empty list of {role, content} messages (or a string), or name the prompt's "
+              "column: columns={'prompt': <column>}",
         jsonl: f"data.train_data: '{jsonl}' row 3: column 'prompt' message 1 is {{'role': 'user', 'text': '3+3'}}; "
                "expected {role: <text>, content: <text>}",
     }
