@@ -4,7 +4,7 @@
 >>> rc = skyrl_nb.cluster.hyperpod("my-hyperpod", workers=[("ml.g5.12xlarge", 2)])   # doctest: +SKIP
 >>> rc.plan()            # the RayCluster manifest and placement, nothing touched      # doctest: +SKIP
 >>> rc.up()              # create the RayCluster, wait for state == ready             # doctest: +SKIP
->>> cluster = rc.connect()   # port-forward through the API server -> skyrl_nb Cluster  # doctest: +SKIP
+>>> cluster = rc.connect()   # port-forward (or the Ray endpoint) -> skyrl_nb Cluster    # doctest: +SKIP
 >>> rc.scale("g5-12xlarge", 4); rc.status(); rc.delete()                              # doctest: +SKIP
 
 The manifest and the status types live in :mod:`skyrl_nb.cluster.kuberay`. The HyperPod cluster is
@@ -17,16 +17,15 @@ One idea, a KubeRay cluster's life on HyperPod (plan, up, connect, down); boto3'
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 from skyrl_nb.cluster.hyperpod_aws import (
     ClusterNotReady,
+    ClusterQueued,
     HyperPodError,
     HyperPodInfo,
     connect_sagemaker_ray,
@@ -38,9 +37,11 @@ from skyrl_nb.cluster.kube import ApiPaths, KubeClient, KubeConflict, KubeNotFou
 from skyrl_nb.cluster.kuberay import (
     DASHBOARD_PORT,
     DEFAULT_IMAGE,
-    ENGINE_METRICS_PORT,
+    ENDPOINT_ANNOTATION,
     INSTANCE_TYPE_LABEL,
+    ClusterPlan,
     RayClusterStatus,
+    RayClusterSummary,
     WorkerGroup,
     build_manifest,
     instance_accelerator,
@@ -49,58 +50,20 @@ from skyrl_nb.cluster.kuberay import (
 
 if TYPE_CHECKING:
     from skyrl_core.memory import MemoryEstimate, RankCapacity
+    from skyrl_nb.cluster.kueue import QueueInfo
 
 log = logging.getLogger(__name__)
 
 #: The uid of skyrl-nb's Grafana dashboard (docs/grafana/skyrl-nb.json).
 GRAFANA_DASHBOARD = "skyrl-nb"
+#: How ``connect()`` reaches the head's dashboard: a port-forward through the API server, or the HyperPod Ray
+#: Endpoint Operator's endpoint (``sagemaker_ray://``; needs the Spaces add-on and a domain, docs/hyperpod.md).
+DASHBOARD_ACCESS = ("port-forward", "endpoint")
 
 # what this module offered before its boto3 part got a module of its own (hyperpod_aws)
-__all__ = ["GRAFANA_DASHBOARD", "ClusterNotReady", "ClusterPlan", "HyperPodError", "HyperPodInfo", "HyperPodRayCluster",
+__all__ = ["GRAFANA_DASHBOARD", "ClusterNotReady", "ClusterPlan", "ClusterQueued", "HyperPodError", "HyperPodInfo", "HyperPodRayCluster",
            "Progress", "RayClusterSummary", "connect_sagemaker_ray", "describe_hyperpod", "hyperpod", "list_hyperpod",
            "log", "parse_sagemaker_ray_address", "resize_instance_group"]
-
-
-# --------------------------------------------------------------------------- plan
-
-
-@dataclass
-class ClusterPlan:
-    """What :meth:`HyperPodRayCluster.up` would create: the manifest and where pods would land; with a job
-    config, each training rank's memory estimate (``memory``) and what one rank has there (``capacity``)."""
-
-    manifest: dict[str, Any]
-    placement: list[dict[str, Any]]
-    warnings: list[str]
-    memory: MemoryEstimate | None = None
-    capacity: RankCapacity | None = None
-
-    def to_yaml(self) -> str:
-        """The RayCluster manifest as YAML (``kubectl apply -f`` ready)."""
-        import yaml
-
-        return yaml.safe_dump(self.manifest, sort_keys=False)
-
-    def summary(self) -> str:
-        """A few lines a person reads before creating the cluster."""
-        m = self.manifest
-        lines = [f"RayCluster {m['metadata']['namespace']}/{m['metadata']['name']} "
-                 f"(ray {m['spec']['rayVersion']}, auth {m['spec'].get('authOptions', {}).get('mode', 'disabled')})"]
-        for p in self.placement:
-            avail = "?" if p["healthy_nodes"] is None else p["healthy_nodes"]
-            lines.append(f"  {p['group']:<16} {p['instance_type']:<18} x{p['replicas']}  "
-                         f"{p['gpus_per_pod']} GPU/pod  EFA {p['efa']}  healthy nodes: {avail}")
-        if self.memory is not None:
-            lines.append(f"  memory per rank: {self.memory.summary()}")
-            lines.append(f"  one rank has: {self.capacity!r}" if self.capacity else "  one rank has: unknown")
-        lines += [f"  ! {w}" for w in self.warnings]
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return self.summary()
-
-    def _repr_html_(self) -> str:
-        return f"<pre>{escape(self.summary())}</pre>"
 
 
 # --------------------------------------------------------------------------- the cluster object
@@ -138,7 +101,18 @@ class HyperPodRayCluster:
         session: Any = None,
         kube: KubeClient | None = None,
         info: HyperPodInfo | None = None,
+        queue: str | None = None,
+        priority: str | None = None,
+        dashboard: str = "port-forward",
     ) -> None:
+        from skyrl_nb.cluster.kueue import check_label_value
+
+        if dashboard not in DASHBOARD_ACCESS:
+            raise ValueError(f"dashboard={dashboard!r} is not one of: {', '.join(DASHBOARD_ACCESS)}")
+        self.queue = None if queue is None else (queue and check_label_value("queue", queue))
+        self.priority = priority and check_label_value("priority", priority)
+        self.dashboard = dashboard
+        self._queue_info: QueueInfo | None = None
         self.hyperpod_cluster = hyperpod_cluster
         self.namespace = namespace
         self.name = name or k8s_name(f"skyrl-{hyperpod_cluster}")
@@ -189,11 +163,33 @@ class HyperPodRayCluster:
 
     # -- plan
     def manifest(self) -> dict[str, Any]:
-        """The RayCluster manifest; touches nothing."""
+        """The RayCluster manifest; touches nothing. Kueue's queue label goes on the RayCluster and both pod
+        templates for ``queue=`` or the LocalQueue :meth:`find_queue` found (``plan``/``up`` look it up)."""
+        from skyrl_nb.cluster.kueue import queue_labels
+
+        queue = self.queue if self.queue is not None else (self._queue_info.name if self._queue_info else None)
         return build_manifest(
             self.name, self.namespace, self.workers, image=self.image, fsx_claim=self.fsx_claim,
             fsx_mount=self.fsx_mount, auth=self.auth, head_instance_type=self.head_instance_type, env=self.env,
+            labels=queue_labels(queue, self.priority),
+            annotations={ENDPOINT_ANNOTATION: "true"} if self.dashboard == "endpoint" else None,
         )
+
+    def find_queue(self) -> QueueInfo | None:
+        """The Kueue LocalQueue this RayCluster goes to (``queue=``, else the namespace's only one) with its
+        quota, or None when the namespace is not governed (``queue=""``: never). Asks the Kubernetes API."""
+        from skyrl_nb.cluster.kube import KubeForbidden
+        from skyrl_nb.cluster.kueue import find_queue
+
+        if self.queue == "":
+            return None
+        try:
+            self._queue_info = find_queue(self.kube, self.namespace, self.queue)
+        except KubeForbidden:
+            log.warning("cannot list Kueue LocalQueues in namespace %s (403): if it is governed by HyperPod task "
+                        "governance, pass queue=<its LocalQueue>", self.namespace)
+            self._queue_info = None
+        return self._queue_info
 
     def plan(self, check_capacity: bool = False, config: Any = None) -> ClusterPlan:
         """The manifest plus placement; with ``check_capacity`` (or when HyperPod info is already
@@ -225,10 +221,30 @@ class HyperPodRayCluster:
         if self.fsx_claim is None:
             warnings.append("no fsx_claim: the pods share no disk with this notebook; give run.run_root="
                             "s3://<bucket>/<prefix> (in Studio the default is SageMaker's default bucket)")
-        plan = ClusterPlan(self.manifest(), placement, warnings)
+        if self._kube is not None or check_capacity:
+            warnings += self._queue_warnings(self.find_queue())
+        plan = ClusterPlan(self.manifest(), placement, warnings, queue=self._queue_info)
         if config is not None:
             plan.memory, plan.capacity = self.memory_plan(config)
         return plan
+
+    def _queue_warnings(self, queue: QueueInfo | None) -> list[str]:
+        from skyrl_nb.cluster.kueue import priority_classes
+
+        if queue is None:
+            return [f"priority={self.priority!r} has no effect: namespace {self.namespace!r} has no Kueue "
+                    "LocalQueue"] if self.priority else []
+        out = []
+        asks = sum((w.gpus or 0) * w.replicas for w in self.workers)
+        have = queue.gpu_quota()
+        if have is not None and asks > have:
+            out.append(f"this RayCluster asks {asks} GPUs and Kueue admits it whole: queue {queue.name!r} has a "
+                       f"nominal quota of {have:g} (it waits for borrowable quota, or forever)")
+        known = priority_classes(self.kube) if self.priority else None
+        if known is not None and self.priority not in known:
+            out.append(f"priority={self.priority!r} is not a Kueue WorkloadPriorityClass here; known: "
+                       f"{', '.join(known) or 'none'}")
+        return out
 
     def memory_plan(self, config: Any) -> tuple[MemoryEstimate, RankCapacity | None]:
         """``config``'s per-rank memory estimate and a rank's capacity on these worker groups; raises
@@ -251,12 +267,16 @@ class HyperPodRayCluster:
 
     # -- lifecycle
     def up(self, wait: bool = True, timeout: float = 900.0, poll_s: float = 5.0,
-           progress: Progress | None = _print_progress) -> RayClusterStatus:
-        """Create the RayCluster (an existing one of the same name is kept), then wait for ready."""
+           progress: Progress | None = _print_progress, queued: bool = False) -> RayClusterStatus:
+        """Create the RayCluster (an existing one of the same name is kept), then wait for ready; in a namespace
+        governed by Kueue it carries the queue label, and one Kueue holds back raises :class:`ClusterQueued`
+        with the event's reason at once (``queued=True``: wait for admission instead; see :meth:`wait_ready`)."""
         if self._info is not None or self._kube is None:
-            plan = self.plan(check_capacity=self._kube is None)
-            for w in plan.warnings:
-                log.warning(w)
+            warnings = self.plan(check_capacity=self._kube is None).warnings  # looks up the Kueue queue too
+        else:  # a given Kubernetes client and no HyperPod info: only the Kueue queue is looked up
+            warnings = self._queue_warnings(self.find_queue())
+        for w in warnings:
+            log.warning(w)
         try:
             self.kube.create(self.paths.rayclusters(), self.manifest())
             log.info("created RayCluster %s/%s", self.namespace, self.name)
@@ -270,26 +290,39 @@ class HyperPodRayCluster:
                             existing, wanted)
             else:
                 log.info("RayCluster %s/%s exists already; reusing it", self.namespace, self.name)
-        return self.wait_ready(timeout=timeout, poll_s=poll_s, progress=progress) if wait else self.status()
+        return self.wait_ready(timeout=timeout, poll_s=poll_s, progress=progress, queued=queued) if wait \
+            else self.status()
 
     def raw(self) -> dict[str, Any]:
         """The RayCluster object as the API server returns it."""
         return self.kube.get(self.paths.rayclusters(self.name))
 
-    def status(self) -> RayClusterStatus:
-        """KubeRay's status of this RayCluster with its head and worker pods."""
-        rc = self.raw()
+    def status(self, raw: dict[str, Any] | None = None) -> RayClusterStatus:
+        """KubeRay's status of this RayCluster (``raw``: the object already read) with its head and worker pods."""
+        rc = raw if raw is not None else self.raw()
         pods = self.kube.get(self.paths.pods(), labelSelector=f"ray.io/cluster={self.name}").get("items", [])
         return RayClusterStatus.from_objects(rc, pods)
 
     def wait_ready(self, timeout: float = 900.0, poll_s: float = 5.0,
-                   progress: Progress | None = _print_progress) -> RayClusterStatus:
+                   progress: Progress | None = _print_progress, queued: bool = False) -> RayClusterStatus:
         """Poll until ``status.state == "ready"``; on timeout raise :class:`ClusterNotReady` naming
-        the stuck condition (and the pods waiting, with the scheduler's reason)."""
+        the stuck condition (and the pods waiting, with the scheduler's reason). A RayCluster Kueue holds back
+        (suspended, with an event saying why) raises :class:`ClusterQueued` with that reason on the first poll
+        that sees it, unless ``queued`` (then it waits for admission, up to ``timeout``)."""
+        from skyrl_nb.cluster.kueue import held_reason
+
         start = time.monotonic()
         last_line = None
         while True:
-            st = self.status()
+            raw = self.raw()
+            st = self.status(raw)
+            held = held_reason(self.kube, self.namespace, raw) if st.suspended else None
+            if held and not queued:
+                queue = raw["metadata"].get("labels", {}).get("kueue.x-k8s.io/queue-name", "?")
+                raise ClusterQueued(
+                    f"RayCluster {self.namespace}/{self.name} is held by Kueue in queue {queue!r} (suspended, not "
+                    f"admitted): {held}; it starts once admitted: rc.wait_ready(queued=True) waits, rc.delete() "
+                    "withdraws it", reason=held, status=st)
             elapsed = time.monotonic() - start
             line = (st.state, st.ready_workers, st.desired_workers)
             if progress and line != last_line:
@@ -301,7 +334,7 @@ class HyperPodRayCluster:
                 raise ClusterNotReady(f"RayCluster {self.namespace}/{self.name} failed: {st.stuck()}",
                                       stuck=st.stuck(), status=st)
             if elapsed + poll_s > timeout:
-                stuck = st.stuck()
+                stuck = (f"held by Kueue: {held}; " if held else "") + st.stuck()
                 raise ClusterNotReady(
                     f"RayCluster {self.namespace}/{self.name} not ready after {elapsed:.0f}s "
                     f"(state {st.state or 'pending'!r}, workers {st.ready_workers}/{st.desired_workers}): "  # not a run state: the RayCluster's
@@ -433,15 +466,22 @@ class HyperPodRayCluster:
     def connect(self, wait: bool = True, timeout: float = 900.0) -> Any:
         """Port-forward to the head's dashboard and return a ``HyperPodCluster`` (a
         :class:`skyrl_nb.cluster.base.Cluster`) on it, with the Ray token from KubeRay's Secret: the
-        same Cluster/Job API as a local cluster. ``cluster.shutdown()`` closes the tunnel."""
+        same Cluster/Job API as a local cluster. ``cluster.shutdown()`` closes the tunnel.
+
+        With ``dashboard="endpoint"`` the cluster is ``sagemaker_ray://<name>/<namespace>`` instead: the Ray
+        Endpoint Operator's endpoint through AWS's toolkit (`hyperpod_connect.connect_endpoint`), no tunnel."""
         from skyrl_nb import studio
+        from skyrl_nb.cluster.hyperpod_connect import connect_endpoint, hyperpod_cluster_class
 
         if wait:
             self.wait_ready(timeout=timeout, progress=None)
+        if self.dashboard == "endpoint":
+            self.cluster = connect_endpoint(self)
+            return self.cluster
         token = self.token()
         pf = self.forward(DASHBOARD_PORT)
         dashboard_url = studio.proxy_url(pf.local_port) or pf.address
-        cluster = _hyperpod_cluster_class()(pf.address, token=token, dashboard_url=dashboard_url, name=self.name)
+        cluster = hyperpod_cluster_class()(pf.address, token=token, dashboard_url=dashboard_url, name=self.name)
         cluster.port_forward = pf
         cluster.raycluster = self
         self.cluster = cluster
@@ -482,7 +522,8 @@ class HyperPodRayCluster:
     def __repr__(self) -> str:
         groups = ", ".join(f"{w.name}: {w.replicas} x {w.instance_type}" for w in self.workers)
         return (f"HyperPodRayCluster({self.namespace}/{self.name} on HyperPod {self.hyperpod_cluster!r}, "
-                f"workers=[{groups}], auth={'token' if self.auth else 'disabled'})")
+                f"workers=[{groups}], auth={'token' if self.auth else 'disabled'}, dashboard={self.dashboard}"
+                + (f", queue={self.queue or self._queue_info.name!r}" if self.queue or self._queue_info else "") + ")")
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td>{escape(str(w.name))}</td><td>{escape(w.instance_type)}</td>"
@@ -494,36 +535,6 @@ class HyperPodRayCluster:
                 f"<th>replicas</th><th>GPUs/pod</th><th>EFA</th></tr>{rows}</table>")
 
 
-@functools.cache
-def _hyperpod_cluster_class() -> type:
-    from skyrl_nb.cluster.base import Cluster
-
-    class HyperPodCluster(Cluster):
-        """A :class:`~skyrl_nb.cluster.base.Cluster` reached through a port-forward to a KubeRay head
-        on HyperPod; ``shutdown()`` also closes the tunnel (the RayCluster keeps running)."""
-
-        port_forward: PortForward | None = None
-        raycluster: HyperPodRayCluster | None = None
-
-        def shutdown(self) -> None:
-            super().shutdown()
-            if self.port_forward is not None:
-                self.port_forward.close()
-
-        def prepare(self, config: Any, **kwargs: Any) -> Any:
-            """`Cluster.prepare`, with ``run.prometheus_port`` set to the port the head pod's scrape
-            annotations name when the config leaves it unset."""
-            cfg = super().prepare(config, **kwargs)
-            if cfg.run.prometheus_port is None:
-                from skyrl_core.config import check_config
-
-                cfg = check_config(cfg, {"run.prometheus_port": ENGINE_METRICS_PORT})
-            return cfg
-
-    HyperPodCluster.__module__ = __name__
-    return HyperPodCluster
-
-
 # --------------------------------------------------------------------------- entry points
 
 
@@ -531,7 +542,9 @@ def hyperpod(hyperpod_cluster: str, **kwargs: Any) -> HyperPodRayCluster:
     """A :class:`HyperPodRayCluster` handle; nothing is created until ``.up()``.
 
     Keywords are the class's: ``namespace``, ``name``, ``workers``, ``image``, ``fsx_claim``,
-    ``fsx_mount``, ``auth``, ``head_instance_type``, ``env``, ``region``, ``session``, ``kube``, ``info``.
+    ``fsx_mount``, ``auth``, ``head_instance_type``, ``env``, ``region``, ``session``, ``kube``, ``info``,
+    ``queue`` (a Kueue LocalQueue; None: the namespace's only one, if governed; ``""``: none), ``priority`` (a
+    Kueue WorkloadPriorityClass, e.g. ``training-priority``) and ``dashboard`` (``port-forward`` or ``endpoint``).
     ``workers`` lists worker groups as :class:`WorkerGroup`, dicts, ``(instance_type, replicas[, gpus])``
     or bare instance types.
 
@@ -542,26 +555,6 @@ def hyperpod(hyperpod_cluster: str, **kwargs: Any) -> HyperPodRayCluster:
     return HyperPodRayCluster(hyperpod_cluster, **kwargs)
 
 
-@dataclass
-class RayClusterSummary:
-    """One row of :func:`list_hyperpod`."""
-
-    name: str
-    namespace: str
-    state: str
-    ready_workers: int
-    desired_workers: int
-    gpus: int
-    created: str
-
-    def __repr__(self) -> str:
-        return (f"RayClusterSummary({self.namespace}/{self.name}: {self.state or 'pending'}, "  # not a run state: the RayCluster's
-                f"workers {self.ready_workers}/{self.desired_workers}, GPUs {self.gpus})")
-
-    def _repr_html_(self) -> str:
-        return f"<code>{escape(repr(self))}</code>"
-
-
 def list_hyperpod(hyperpod_cluster: str | None = None, namespace: str = "default", *,
                   region: str | None = None, session: Any = None,
                   kube: KubeClient | None = None) -> list[RayClusterSummary]:
@@ -570,17 +563,7 @@ def list_hyperpod(hyperpod_cluster: str | None = None, namespace: str = "default
         if hyperpod_cluster is None:
             raise ValueError("list_hyperpod needs the HyperPod cluster name (or kube=)")
         kube = HyperPodRayCluster(hyperpod_cluster, namespace=namespace, region=region, session=session).kube
-    items = kube.get(ApiPaths(namespace).rayclusters()).get("items", [])
-    out = []
-    for rc in items:
-        st = rc.get("status", {}) or {}
-        out.append(RayClusterSummary(
-            name=rc["metadata"]["name"], namespace=rc["metadata"].get("namespace", namespace),
-            state=st.get("state", "") or "", ready_workers=int(st.get("readyWorkerReplicas", 0) or 0),
-            desired_workers=int(st.get("desiredWorkerReplicas", 0) or 0),
-            gpus=int(float(str(st.get("desiredGPU", 0) or 0))),
-            created=rc["metadata"].get("creationTimestamp", ""),
-        ))
-    return out
+    return [RayClusterSummary.from_object(rc, namespace)
+            for rc in kube.get(ApiPaths(namespace).rayclusters()).get("items", [])]
 
 

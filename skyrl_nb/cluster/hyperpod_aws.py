@@ -36,6 +36,15 @@ class ClusterNotReady(TimeoutError):
         self.status = status
 
 
+class ClusterQueued(ClusterNotReady):
+    """Kueue (HyperPod task governance) holds the RayCluster back, suspended and not admitted; ``reason`` is
+    the Kubernetes event's reason and message. The RayCluster stays queued until it is admitted or deleted."""
+
+    def __init__(self, message: str, *, reason: str, status: RayClusterStatus | None = None):
+        super().__init__(message, stuck=reason, status=status)
+        self.reason = reason
+
+
 @dataclass
 class HyperPodInfo:
     """What boto3 says about a HyperPod cluster: status, EKS cluster, instance groups, node health."""
@@ -175,13 +184,9 @@ def parse_sagemaker_ray_address(address: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def connect_sagemaker_ray(address: str, verify: bool | str = True) -> Any:
-    """A :class:`~skyrl_nb.cluster.base.Cluster` on a ``sagemaker_ray://<cluster>/<namespace>`` address.
-
-    The address scheme belongs to AWS's ``toolkit-for-ray-on-sagemaker-ai`` package, which registers it
-    with Ray's job client (it authenticates through the HyperPod Ray endpoint operator). Without the
-    package, use ``hyperpod(cluster, namespace=...).connect()`` (a port-forward) instead.
-    """
+def require_sagemaker_ray(address: str) -> None:
+    """Check ``address`` is ``sagemaker_ray://<cluster>/<namespace>`` and AWS's toolkit that serves it is
+    installed; a one-line error saying what to install (or to port-forward instead) otherwise."""
     import importlib.metadata
 
     parse_sagemaker_ray_address(address)
@@ -193,6 +198,16 @@ def connect_sagemaker_ray(address: str, verify: bool | str = True) -> Any:
             "(preinstalled in SageMaker Distribution images), or port-forward instead with "
             "skyrl_nb.cluster.hyperpod(<cluster>, namespace=<namespace>).connect()"
         ) from None
+
+
+def connect_sagemaker_ray(address: str, verify: bool | str = True) -> Any:
+    """A :class:`~skyrl_nb.cluster.base.Cluster` on a ``sagemaker_ray://<cluster>/<namespace>`` address.
+
+    The address scheme belongs to AWS's ``toolkit-for-ray-on-sagemaker-ai`` package, which registers it
+    with Ray's job client (it authenticates through the HyperPod Ray endpoint operator). Without the
+    package, use ``hyperpod(cluster, namespace=...).connect()`` (a port-forward) instead.
+    """
+    require_sagemaker_ray(address)
     from skyrl_nb.cluster.base import Cluster
 
     # the toolkit's scheme reaches Ray's job client unchanged: it imports `sagemaker_ray`, which fetches a

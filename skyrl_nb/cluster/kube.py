@@ -156,6 +156,20 @@ class EksTokenSource:
         return f"<code>EksTokenSource</code> for EKS <b>{escape(self.eks_cluster)}</b> ({escape(self.region)}), token redacted"
 
 
+def exec_credential(eks_cluster: str, region: str) -> dict[str, Any]:
+    """The ``ExecCredential`` a kubeconfig ``exec`` plugin prints: a fresh EKS token and when it expires.
+
+    ``python -m skyrl_nb.cluster.kube token <eks cluster> <region>`` prints it, so a kubeconfig written for
+    AWS's ``sagemaker_ray://`` toolkit (`skyrl_nb.cluster.hyperpod_connect`) signs with this interpreter's
+    boto3 credentials, needs no AWS CLI and holds no token."""
+    import datetime as dt
+
+    expires = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=TOKEN_LIFETIME_S)
+    return {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+            "status": {"token": eks_token(eks_cluster, region=region),
+                       "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+
 # --------------------------------------------------------------------------- REST client
 
 
@@ -547,3 +561,11 @@ class ApiPaths:
 
     def _repr_html_(self) -> str:
         return f"<code>{escape(repr(self))}</code>"
+
+
+if __name__ == "__main__":  # the kubeconfig exec plugin: python -m skyrl_nb.cluster.kube token <eks> <region>
+    import sys
+
+    if len(sys.argv) != 4 or sys.argv[1] != "token":
+        raise SystemExit("usage: python -m skyrl_nb.cluster.kube token <eks cluster> <region>")
+    print(json.dumps(exec_credential(sys.argv[2], sys.argv[3])))

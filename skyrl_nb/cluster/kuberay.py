@@ -13,7 +13,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyrl_core.memory import MemoryEstimate, RankCapacity
+    from skyrl_nb.cluster.kueue import QueueInfo
 
 DEFAULT_IMAGE = "rayproject/ray:2.52.1-py311-gpu"
 DEFAULT_RAY_VERSION = "2.52.1"
@@ -25,6 +29,9 @@ METRICS_PORT = 8080
 #: The engine's step metrics for Prometheus on the head pod (``run.prometheus_port``; skyrl_engine/prometheus.py):
 #: the head's pod annotations point scrapers at it.
 ENGINE_METRICS_PORT = 9464
+#: The HyperPod Ray Endpoint Operator's opt-in on a Ray resource (value ``"true"``): an authenticated public
+#: dashboard endpoint, reached with ``sagemaker_ray://<name>/<namespace>``.
+ENDPOINT_ANNOTATION = "access.sagemaker.amazonaws.com/enabled"
 
 
 @dataclass(frozen=True)
@@ -181,8 +188,13 @@ def build_manifest(
     env: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
     engine_metrics_port: int | None = ENGINE_METRICS_PORT,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The KubeRay ``RayCluster`` (``ray.io/v1``) for a head without GPUs and ``workers``.
+
+    ``labels`` go on the RayCluster and on its head and worker pod templates (Kueue's queue and priority
+    labels must be in all three places); ``annotations`` on the RayCluster alone (the HyperPod Ray Endpoint
+    Operator's opt-in, :data:`ENDPOINT_ANNOTATION`).
 
     The head pod (where a job's driver, and so the engine's Prometheus endpoint, runs) carries the
     ``prometheus.io/scrape``, ``/port`` and ``/path`` annotations for ``engine_metrics_port`` (None: none),
@@ -275,12 +287,53 @@ def build_manifest(
     }
     if auth:
         spec["authOptions"] = {"mode": "token"}
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(common_labels)},
-        "spec": spec,
-    }
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(common_labels)}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": metadata, "spec": spec}
+
+
+@dataclass
+class ClusterPlan:
+    """What ``HyperPodRayCluster.up`` would create: the manifest and where pods would land; with a job
+    config, each training rank's memory estimate (``memory``) and what one rank has there (``capacity``)."""
+
+    manifest: dict[str, Any]
+    placement: list[dict[str, Any]]
+    warnings: list[str]
+    memory: MemoryEstimate | None = None
+    capacity: RankCapacity | None = None
+    queue: QueueInfo | None = None
+
+    def to_yaml(self) -> str:
+        """The RayCluster manifest as YAML (``kubectl apply -f`` ready)."""
+        import yaml
+
+        return yaml.safe_dump(self.manifest, sort_keys=False)
+
+    def summary(self) -> str:
+        """A few lines a person reads before creating the cluster."""
+        m = self.manifest
+        lines = [f"RayCluster {m['metadata']['namespace']}/{m['metadata']['name']} "
+                 f"(ray {m['spec']['rayVersion']}, auth {m['spec'].get('authOptions', {}).get('mode', 'disabled')}, "
+                 f"dashboard {'endpoint' if ENDPOINT_ANNOTATION in m['metadata'].get('annotations', {}) else 'port-forward'})"]
+        if self.queue is not None:
+            lines.append(f"  {self.queue.summary()}")
+        for p in self.placement:
+            avail = "?" if p["healthy_nodes"] is None else p["healthy_nodes"]
+            lines.append(f"  {p['group']:<16} {p['instance_type']:<18} x{p['replicas']}  "
+                         f"{p['gpus_per_pod']} GPU/pod  EFA {p['efa']}  healthy nodes: {avail}")
+        if self.memory is not None:
+            lines.append(f"  memory per rank: {self.memory.summary()}")
+            lines.append(f"  one rank has: {self.capacity!r}" if self.capacity else "  one rank has: unknown")
+        lines += [f"  ! {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{escape(self.summary())}</pre>"
 
 
 # --------------------------------------------------------------------------- RayCluster status
@@ -337,6 +390,7 @@ class RayClusterStatus:
     pods: list[PodInfo]
     groups: dict[str, int]
     endpoints: dict[str, str] = field(default_factory=dict)
+    suspended: bool = False
 
     @classmethod
     def from_objects(cls, rc: dict[str, Any], pods: Iterable[dict[str, Any]]) -> RayClusterStatus:
@@ -352,6 +406,7 @@ class RayClusterStatus:
             pods=sorted((PodInfo.from_pod(p) for p in pods), key=lambda p: (p.group != "head", p.name)),
             groups={g["groupName"]: int(g.get("replicas", 0)) for g in spec.get("workerGroupSpecs", [])},
             endpoints=dict(st.get("endpoints", {}) or {}),
+            suspended=bool(spec.get("suspend")) or st.get("state") == "suspended",
         )
 
     @property
@@ -376,6 +431,8 @@ class RayClusterStatus:
         for p in self.pods:
             if not p.ready:
                 parts.append(f"pod {p.name} {p.phase}" + (f" - {p.reason}" if p.reason else ""))
+        if self.suspended:
+            parts.insert(0, "suspended (spec.suspend: a queue such as Kueue has not admitted it)")
         if not parts:
             parts.append(f"state {self.state or '(none yet)'}"
                          + (f" - {self.reason}" if self.reason else ""))
@@ -405,3 +462,33 @@ class RayClusterStatus:
                 f"<code>{escape(self.state or 'pending')}</code>, workers {self.ready_workers}/"  # not a run state: the RayCluster's
                 f"{self.desired_workers} ready, {self.desired_gpus} GPUs<table><tr><th>pod</th><th>group</th>"
                 f"<th>phase</th><th>ready</th><th>GPUs</th><th>waiting on</th></tr>{rows}</table>")
+
+
+@dataclass
+class RayClusterSummary:
+    """One row of ``list_hyperpod``: a RayCluster's name, state, workers and GPUs."""
+
+    name: str
+    namespace: str
+    state: str
+    ready_workers: int
+    desired_workers: int
+    gpus: int
+    created: str
+
+    @classmethod
+    def from_object(cls, rc: dict[str, Any], namespace: str = "default") -> RayClusterSummary:
+        """The summary of one RayCluster object as the API server lists it."""
+        st = rc.get("status", {}) or {}
+        return cls(name=rc["metadata"]["name"], namespace=rc["metadata"].get("namespace", namespace),
+                   state=st.get("state", "") or "", ready_workers=int(st.get("readyWorkerReplicas", 0) or 0),
+                   desired_workers=int(st.get("desiredWorkerReplicas", 0) or 0),
+                   gpus=int(float(str(st.get("desiredGPU", 0) or 0))),
+                   created=rc["metadata"].get("creationTimestamp", ""))
+
+    def __repr__(self) -> str:
+        return (f"RayClusterSummary({self.namespace}/{self.name}: {self.state or 'pending'}, "  # not a run state: the RayCluster's
+                f"workers {self.ready_workers}/{self.desired_workers}, GPUs {self.gpus})")
+
+    def _repr_html_(self) -> str:
+        return f"<code>{escape(repr(self))}</code>"
