@@ -295,6 +295,7 @@ class Cluster:
         >>> job = cluster.launch("quickstart", overrides=["trainer.max_training_steps=20"])
         """
         from skyrl_core.config import ConfigError
+        from skyrl_nb.cluster.versions import check_versions
 
         cfg = self.prepare(config, overrides=overrides, run_id=run_id)
         # what plan() and the form refuse, refused here too, before anything is written or submitted
@@ -302,6 +303,7 @@ class Cluster:
         if problems:
             raise ConfigError(problems)
         engine_code = self.engine_code(code, image)
+        check_versions(self, engine_code)  # the cluster's Ray and Python against the job's, before any submission
         cfg, _ = self.run_store(cfg)
         self.check_files(cfg, runtime_env, engine_code)
         return self._submit(cfg, submission_id=cfg.get("run.run_id"), attempt=0, runtime_env=runtime_env,
@@ -309,7 +311,11 @@ class Cluster:
 
     def _submit(self, cfg: JobConfig, *, submission_id: str, attempt: int, runtime_env: dict[str, Any] | None,
                 code: EngineCode) -> Job:
+        from skyrl_nb.cluster.versions import check_versions
         from skyrl_nb.jobs import Job
+
+        if attempt:  # a resume: launch checked the first attempt
+            check_versions(self, code)
 
         run_id = str(cfg.get("run.run_id"))
         run_dir = str(cfg.run_dir)
@@ -492,7 +498,7 @@ class Cluster:
         )
 
 
-def connect(address: str, token: str | None = None, verify: bool = True, *, name: str = "ray",
+def connect(address: str | None = None, token: str | None = None, verify: bool = True, *, name: str = "ray",
             dashboard_url: str | None = None, check: bool = True, code: str = "ship",
             shared_paths: Iterable[str] = ()) -> Cluster:
     """Attach to a running Ray cluster by its dashboard HTTP address.
@@ -509,7 +515,13 @@ def connect(address: str, token: str | None = None, verify: bool = True, *, name
     >>> cluster = connect("http://10.0.0.5:8265")
     >>> cluster = connect("http://10.0.0.5:8265", shared_paths=["/fsx"])
     >>> cluster = connect("sagemaker_ray://my-hyperpod/team-a")
+    >>> cluster = connect()   # in a Studio Space attached to a Ray cluster (`addresses.attached_address`)
     """
+    attached = address is None
+    if attached:
+        from skyrl_nb.cluster.addresses import require_attached_address
+
+        address = require_attached_address()
     if address.strip().startswith("sagemaker_ray://"):
         from skyrl_nb.cluster.hyperpod_aws import connect_sagemaker_ray
 
@@ -525,6 +537,10 @@ def connect(address: str, token: str | None = None, verify: bool = True, *, name
             raise
         except Exception as exc:  # requests' errors are long; say what was tried
             raise ConnectionError(f"cannot reach the Ray dashboard at {cluster.address}: {type(exc).__name__}") from exc
+        if attached:  # Studio does not warn when only Python differs; ray.init() from this kernel would fail
+            from skyrl_nb.cluster.versions import warn_client_mismatch
+
+            warn_client_mismatch(cluster)
     return cluster
 
 
