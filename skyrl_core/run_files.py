@@ -412,10 +412,17 @@ def read_run_part(store: Store, step: int, columns: Iterable[str] | None = None,
     return read_part(store.read(name), columns, name=part_name(step), required=required)
 
 
+def _wanted(columns: Iterable[str], names: list[str]) -> list[str]:
+    """The part's columns among ``columns``; ``"reward/*"`` stands for every column that starts ``reward/``."""
+    columns = list(columns)
+    prefixes = tuple(c[:-1] for c in columns if c.endswith("*"))
+    return [n for n in names if n in columns or (prefixes and n.startswith(prefixes))]
+
+
 def read_part(source: str | os.PathLike[str] | bytes, columns: Iterable[str] | None = None, *,
               name: str | None = None, required: Iterable[str] = ()):
     """One trajectory part (a file path, or its bytes read from an object store) as a pyarrow Table,
-    with only those of ``columns`` it has (all when None).
+    with only those of ``columns`` it has (all when None; ``prefix*`` names every column starting ``prefix``).
 
     FileNotFoundError when it is missing; :class:`DamagedFile` (one line naming it) when it is not a
     readable Parquet file (0 bytes, cut short, overwritten, unreadable for this user) or not a trajectory
@@ -434,7 +441,7 @@ def read_part(source: str | os.PathLike[str] | bytes, columns: Iterable[str] | N
         part = pq.ParquetFile(where)
         problem = part_schema_problem(part.schema_arrow, required)
         names = part.schema_arrow.names
-        table = None if problem else part.read(columns=None if columns is None else [c for c in columns if c in names])
+        table = None if problem else part.read(columns=None if columns is None else _wanted(columns, names))
     except FileNotFoundError:
         raise
     except (OSError, ValueError, pa.ArrowException) as err:

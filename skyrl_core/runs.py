@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import html
+import json
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -86,12 +87,14 @@ from skyrl_core.run_files import (
     run_root_problem,
     segment_name,
 )
+from skyrl_core.run_inputs import RunInputs
 from skyrl_core.run_tail import _LineReader, _SegmentTail, _Tail
 from skyrl_core.run_writer import RunWriter
 from skyrl_core.store import Entry, LocalStore, Store, is_url, join, open_store, os_reason, url_problem
 
 # ---------------------------------------------------------------------------------- logs
 __all__ = [
+    'RunInputs',
     'FINAL_STATES',
     'ReadState',
     'RunState',
@@ -285,6 +288,14 @@ class RunReader:
             self._warn(f"config.yaml is not a mapping ({shown(data)}); skipped")
             return {}
         return data
+
+    def inputs(self) -> RunInputs:
+        """What launch shipped with this run (``inputs/manifest.json``): data sources with row counts and hashes,
+        reward functions with their source; empty for a run without ``data=`` / ``reward=``."""
+        try:
+            return RunInputs.from_manifest(json.loads(self.store.read("inputs/manifest.json")))
+        except (OSError, ValueError):  # none (FileNotFoundError is an OSError), or damaged: nothing recorded
+            return RunInputs()
 
     def status(self) -> dict[str, Any]:
         """status.json, with ``lost: True`` added when a running job's heartbeat went stale.

@@ -94,16 +94,16 @@ class ShippedData:
 
 
 def read_data(data: Any, *, role: str, columns: Mapping[str, str] | None = None,
-              ship_file: Callable[[str], bool] = lambda _path: False) -> list[str | ShippedData]:
+              ship_file: Callable[[str], bool] = lambda _path: False, key: str | None = None) -> list[str | ShippedData]:
     """``data`` as the config's data list: kept as a location (built-in, a URL, a file the job reads itself) or read
     here as :class:`ShippedData` (in-memory tables, saved and hub datasets, a file when ``ship_file(path)`` says it
     must travel). ``role`` is ``train`` or ``val`` (it picks a ``DatasetDict``'s split). :class:`ConfigError` in one
-    line naming the input, row and column."""
-    key = "data" if role == "train" else "val_data"
+    line naming the input, row and column (``key``: the name it starts with; launch's keyword by default)."""
+    key = key or ("data" if role == "train" else "val_data")
     if data is None:
         return []
     if isinstance(data, (list, tuple)) and data and all(isinstance(d, (str, os.PathLike)) for d in data):
-        return [item for d in data for item in read_data(d, role=role, columns=columns, ship_file=ship_file)]
+        return [item for d in data for item in read_data(d, role=role, columns=columns, ship_file=ship_file, key=key)]
     if isinstance(data, os.PathLike):
         data = os.fspath(data)
     if isinstance(data, str):
@@ -131,7 +131,7 @@ def _from_text(text: str, key: str, role: str, columns: Mapping[str, str] | None
             rows = list(iter_rows(path))
         except RowShapeError as err:
             raise ConfigError([f"{key}: {err}"]) from None
-        return _ship(rows, text, key, role, columns)
+        return _ship(rows, text, key, role, columns, label=shown(text))
     if os.path.exists(path) or "/" in text.strip("/").split("/", 2)[-1] or text.startswith(("/", ".", "~")):
         raise ConfigError([f"{key}: {shown(text)} has no suffix of {', '.join(_FILE_SUFFIXES)}; give a data file, "
                            "a dataset folder, hf://<name> or s3://<bucket>/<key>"])
@@ -200,13 +200,15 @@ def _hub_rows(name: str, key: str, role: str) -> list[dict[str, Any]]:
 
 
 def _ship(rows: list[dict[str, Any]], source: str, key: str, role: str,
-          columns: Mapping[str, str] | None) -> ShippedData:
-    """``rows`` checked (their first rows, as the engine reads them) and written as Parquet."""
+          columns: Mapping[str, str] | None, label: str | None = None) -> ShippedData:
+    """``rows`` checked (their first rows, as the engine reads them) and written as Parquet; ``label`` names
+    the source in messages (a file's path quoted, as the engine's loader names it)."""
+    label = label or source
     if not rows:
-        raise ConfigError([f"{key}: {source} has no rows; expected rows with a prompt"])
+        raise ConfigError([f"{key}: {label} has no rows; expected rows with a prompt"])
     first: dict[str, Any] = {}
     for number, row in enumerate(rows[:CHECKED_ROWS], start=1):
-        where = f"{source} row {number}"
+        where = f"{label} row {number}"
         try:
             canonical = canonical_row(row, columns, where)
             prompt_parts(canonical, where)
@@ -217,7 +219,8 @@ def _ship(rows: list[dict[str, Any]], source: str, key: str, role: str,
     if len(parquet) > MAX_SHIPPED_BYTES:
         raise ConfigError([f"{key}: {source} is {len(parquet) / (1 << 20):.1f} MiB as Parquet; at most "
                            f"{MAX_SHIPPED_BYTES >> 20} MiB travels with a job: write it to s3://<bucket>/<key>.parquet "
-                           "(df.to_parquet) and give that URL"])
+                           "(df.to_parquet) and give that URL, or name a folder the cluster mounts at the same path "
+                           "(connect(..., shared_paths=[...]))"])
     names = list(dict.fromkeys(k for row in rows[:CHECKED_ROWS] for k in row))
     return ShippedData(role=role, source=source, rows=len(rows), columns=[str(n) for n in names], parquet=parquet,
                        first=first)
@@ -311,7 +314,7 @@ class JobInputs:
         for key, role in (("train_data", "train"), ("val_data", "val")):
             items = list(getattr(cfg.data, key))
             found = [d for item in items for d in (read_data(item, role=role, columns=cfg.data.columns,
-                                                             ship_file=ship_file)
+                                                             ship_file=ship_file, key=f"data.{key}")
                                                    if _travels(item, ship_file) else [item])]
             if any(isinstance(d, ShippedData) for d in found):
                 mine = self.train if role == "train" else self.val

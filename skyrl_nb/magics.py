@@ -33,9 +33,11 @@ from skyrl_core.choices import RunState
 
 #: Each command and what it does (`%skyrl -h` prints these).
 COMMAND_HELP = {
-    "launch": "[--preset P] [--run-id ID] [--engine skyrl_nb|skyrl] [--dry-run] [key=value ...]: validate a "
-              "config and submit it (a %%skyrl cell body adds YAML overrides; --dry-run prints the job's command "
-              "line instead)",
+    "launch": "[--preset P] [--run-id ID] [--engine skyrl_nb|skyrl] [--data D] [--val-data D] [--columns "
+              "prompt=COL,ground_truth=COL] [--reward FN[,FN2:WEIGHT]] [--reward-errors skip|fail] [--dry-run] "
+              "[key=value ...]: validate a config and submit it (a %%skyrl cell body adds YAML overrides; --data and "
+              "--reward name notebook variables: a DataFrame, a Dataset, functions from a cell; --data also takes a "
+              "file, hf://<name> or s3://...; --dry-run prints the job's command line instead)",
     "status": "[RUN]: the job of RUN (default: the last one launched here)",
     "logs": "RUN [--tail N]: the job's output",
     "stop": "RUN: ask Ray to stop the job",
@@ -107,6 +109,12 @@ class SkyrlMagics(Magics):
     @argument("--engine", default=None, help="who trains (launch): skyrl_nb (default) or skyrl (SkyRL's own "
                                              "trainer); sets run.engine")
     @argument("--dry-run", action="store_true", help="print the job's command line and submit nothing (launch)")
+    @argument("--data", default=None, help="train data (launch): a notebook variable (DataFrame, Dataset, list of "
+                                           "dicts), a file, hf://<name> or s3://...")
+    @argument("--val-data", default=None, help="eval data (launch), as --data")
+    @argument("--columns", default=None, help="your column names (launch): prompt=question,ground_truth=answer")
+    @argument("--reward", default=None, help="reward functions (launch): notebook variables, FN or FN1,FN2:0.2")
+    @argument("--reward-errors", default=None, help="a reward that raises (launch): skip (score 0) or fail")
     @argument("--step", type=int, default=None, help="checkpoint step to export (export; default: the latest)")
     @argument("--wait", action="store_true", help="block until the job ends (launch, resume)")
     @argument("--no-dashboard", action="store_true", help="do not show the dashboard (launch, resume)")
@@ -177,9 +185,11 @@ class SkyrlMagics(Magics):
                              + did_you_mean(command, list(COMMANDS)))
         if cell is not None and command != "launch":
             raise UsageError(f"%%skyrl {command}: only `launch` takes a cell body (YAML overrides)")
-        if command != "launch" and (args.preset or args.cluster or args.run_id or args.engine or args.dry_run):
-            raise UsageError(f"%skyrl {command}: --preset, --cluster, --run-id, --engine and --dry-run only go "
-                             "with launch")
+        own = (args.data, args.val_data, args.columns, args.reward, args.reward_errors)
+        if command != "launch" and (args.preset or args.cluster or args.run_id or args.engine or args.dry_run
+                                    or any(v is not None for v in own)):
+            raise UsageError(f"%skyrl {command}: --preset, --cluster, --run-id, --engine, --dry-run, --data, "
+                             "--val-data, --columns, --reward and --reward-errors only go with launch")
         if args.engine is not None:
             from skyrl_core.choices import Engine, values
             from skyrl_core.registry import not_allowed
@@ -249,6 +259,7 @@ class SkyrlMagics(Magics):
             raise UsageError(_one_line(err.problems)) from None
         except (ValueError, TypeError, OSError) as err:  # validation is all that ran: nothing was written
             raise UsageError(f"%skyrl launch: {_one_line(f'{type(err).__name__}: {err}')}") from None
+        own = self._own_inputs(args)  # a wrong option is refused before a cluster is started
         if args.dry_run:
             return self._dry_run(cfg, args)
         cluster = named if named is not None else self._cluster(None)
@@ -257,11 +268,48 @@ class SkyrlMagics(Magics):
                 from skyrl_nb.cluster.skyrl_check import check_skyrl
 
                 check_skyrl(cluster, cluster.engine_code())
-            job = cluster.launch(cfg)
+            job = cluster.launch(cfg, **own)
         except ConfigError as err:  # plug-ins that cannot ship; launch removed what it wrote
             raise UsageError(_one_line(err.problems)) from None
         self._remember(job)
         return self._follow(job, args)
+
+    def _own_inputs(self, args: Any) -> dict[str, Any]:
+        """launch's ``data``, ``val_data``, ``columns``, ``reward`` and ``reward_errors`` from the options: names
+        are looked up in the notebook's namespace (a DataFrame, a function from a cell); a name that is no
+        variable is a file, ``hf://`` or ``s3://`` for data, and refused for a reward."""
+        ns = self.shell.user_ns if self.shell is not None else {}
+        found: dict[str, Any] = {}
+        for key, value in (("data", args.data), ("val_data", args.val_data)):
+            if value is not None:
+                found[key] = ns[value] if value.isidentifier() and value in ns else value
+        if args.columns is not None:
+            pairs = [p.partition("=") for p in args.columns.split(",") if p.strip()]
+            if not pairs or any(not sep or not k.strip() or not v.strip() for k, sep, v in pairs):
+                raise UsageError(f"%skyrl launch: --columns {args.columns!r} is not role=column,...; e.g. "
+                                 "--columns prompt=question,ground_truth=answer")
+            found["columns"] = {k.strip(): v.strip() for k, _, v in pairs}
+        if args.reward is not None:
+            functions: list[Any] = []
+            for item in (p.strip() for p in args.reward.split(",")):
+                name, _, weight = item.partition(":")
+                if name not in ns:
+                    raise UsageError(f"%skyrl launch: --reward {name!r} is no variable in this notebook; define the "
+                                     "function in a cell first")
+                try:
+                    functions.append((ns[name], float(weight)) if weight else ns[name])
+                except ValueError:
+                    raise UsageError(f"%skyrl launch: --reward {item!r}: the weight {weight!r} is not a number") \
+                        from None
+            found["reward"] = functions
+        if args.reward_errors is not None:
+            from skyrl_core.choices import RewardErrors, values
+            from skyrl_core.registry import not_allowed
+
+            if args.reward_errors not in values(RewardErrors):
+                raise UsageError(f"%skyrl launch: {not_allowed('--reward-errors', args.reward_errors, values(RewardErrors))}")
+            found["reward_errors"] = args.reward_errors
+        return found
 
     def _dry_run(self, cfg: Any, args: Any) -> None:
         """Print the command line the job would run (SkyRL's keys spelled out for run.engine=skyrl) and, for

@@ -47,12 +47,25 @@ class RunSeries:
                     pass_value = value
             d["pass_at"].append(pass_value)
             d["tokens_per_s"].append(row.get("trainer/tokens_per_second"))
+            self._add_parts(row)
             for name in d["timing"]:
                 d["timing"][name].append(row.get(f"timing/{name}"))
             score = row.get(EVAL_SCORE_KEY)
             if score is not None:
                 self._add_eval(step, score)
         return len(rows)
+
+    def _add_parts(self, row: dict[str, Any]) -> None:
+        """The row's reward-function series (``reward/<name>``, skyrl_engine.rewards) and ``reward/errors``, each
+        aligned on ``step`` (a function first seen at a later step has no point before it)."""
+        parts = self.data["reward_parts"]
+        for key in row:
+            name = function_series(key)
+            if name is not None and name not in parts:
+                parts[name] = [None] * (len(self.data["step"]) - 1)
+        for name, values in parts.items():
+            values.append(row.get(f"reward/{name}"))
+        self.data["reward_errors"].append(row.get("reward/errors"))
 
     def add_events(self, events: list[dict[str, Any]]) -> None:
         """Eval scores reported as events (step 0 for `eval_before_train`), the policy's parameter counts
@@ -88,7 +101,7 @@ class RunSeries:
         keep = sum(1 for s in d["step"] if s < step)
         for key in ("step", "reward_mean", "reward_std", "pass_at", "tokens_per_s"):
             del d[key][keep:]
-        for col in d["timing"].values():
+        for col in [*d["timing"].values(), *d["reward_parts"].values(), d["reward_errors"]]:
             del col[keep:]
         del self.times[keep:]
 
@@ -103,6 +116,21 @@ class RunSeries:
         if len(t) < 2:
             return None
         return (t[-1] - t[0]) / (len(t) - 1)
+
+
+def function_series(key: str) -> str | None:
+    """The reward function a metric is the series of (``reward/exact`` -> ``exact``); None for skyrl-nb's own
+    ``reward/*`` metrics (``avg_raw_reward``, ``avg_pass_at_8``, ``errors``, a turn's ``turn_1/avg_reward``).
+
+    >>> function_series("reward/exact"), function_series("reward/avg_pass_at_4"), function_series("reward/errors")
+    ('exact', None, None)
+    """
+    from skyrl_core.reward_functions import RESERVED_NAMES
+
+    name = key[len("reward/"):] if key.startswith("reward/") else ""
+    if not name or "/" in name or name in RESERVED_NAMES or pass_at_n(key) is not None:
+        return None
+    return name
 
 
 def samples_per_step(config: dict[str, Any]) -> int:

@@ -280,6 +280,12 @@ class Cluster:
         run_id: str | None = None,
         code: str | None = None,
         image: str | None = None,
+        data: Any = None,
+        val_data: Any = None,
+        columns: dict[str, str] | None = None,
+        reward: Any = None,
+        reward_errors: str | None = None,
+        inputs_from: str | None = None,
     ) -> Job:
         """Validate `config` and submit `python -m skyrl_engine train` for it; returns the `Job`.
 
@@ -292,25 +298,46 @@ class Cluster:
         (the default for a cluster elsewhere), or it comes from the cluster (`code="installed"`) or
         from a container `image` (`skyrl_nb.cluster.shipping`).
 
+        Your own task (`skyrl_core.user_inputs`): `data` / `val_data` are a pandas DataFrame, a list of dicts, a
+        `datasets.Dataset` or `DatasetDict`, a file, a saved dataset, `hf://<name>` or an `s3://` URL; `columns` maps
+        `prompt` / `ground_truth` to your column names; `reward` is a function written in a cell, `(fn, weight)`,
+        or a list of those (`skyrl_core.reward_functions`), tried once here on the first row; `reward_errors`
+        is `skip` (a sample whose reward raises scores 0) or `fail`. What only this notebook sees travels with the
+        job in the run's folder. `inputs_from`: a run folder whose shipped inputs this run reuses (a restart).
+
         >>> job = cluster.launch("quickstart", overrides=["trainer.max_training_steps=20"])
+        >>> job = cluster.launch("quickstart", data=df, columns={"prompt": "question", "ground_truth": "answer"},
+        ...                      reward=[exact, (format_bonus, 0.2)])
         """
         from skyrl_core.config import ConfigError
+        from skyrl_core.user_inputs import JobInputs
         from skyrl_nb.cluster.versions import check_versions
 
-        cfg = self.prepare(config, overrides=overrides, run_id=run_id)
+        inputs = JobInputs.gather(data=data, val_data=val_data, columns=columns, reward=reward,
+                                  reward_errors=reward_errors, ship_file=self._ships)
+        cfg = self.prepare(config, overrides=[*(overrides or []), *inputs.overrides()], run_id=run_id)
+        cfg = inputs.ship_named(cfg, self._ships)  # hf:// and files only this notebook sees, named in the config
         # what plan() and the form refuse, refused here too, before anything is written or submitted
         problems = self.launch_problems(cfg, nodes=self._nodes_or_none())
         if problems:
             raise ConfigError(problems)
+        inputs.try_rewards(cfg)
         engine_code = self.engine_code(code, image)
         check_versions(self, engine_code)  # the cluster's Ray and Python against the job's, before any submission
         cfg, _ = self.run_store(cfg)
         self.check_files(cfg, runtime_env, engine_code)
         return self._submit(cfg, submission_id=cfg.get("run.run_id"), attempt=0, runtime_env=runtime_env,
-                            code=engine_code)
+                            code=engine_code, inputs=inputs, inputs_from=inputs_from)
+
+    def _ships(self, path: str) -> bool:
+        """Whether a data file named by a local ``path`` travels with the job: it exists here and the cluster
+        neither runs on this machine nor shares the folder (`shared_paths`). A path missing here is the
+        cluster's own (its probe job checks it)."""
+        return not self.runs_here and os.path.exists(os.path.expanduser(path)) and not self._under_shared(path)
 
     def _submit(self, cfg: JobConfig, *, submission_id: str, attempt: int, runtime_env: dict[str, Any] | None,
-                code: EngineCode) -> Job:
+                code: EngineCode, inputs: Any = None, inputs_from: str | None = None) -> Job:
+        from skyrl_core.user_inputs import copy_inputs
         from skyrl_nb.cluster.versions import check_versions
         from skyrl_nb.jobs import Job
 
@@ -323,6 +350,10 @@ class Cluster:
             job_env, config_arg = self._runtime_env(cfg, run_dir, runtime_env, staging, code)
             writer = self._mark_pending(cfg, run_dir) if attempt == 0 else None
             try:
+                if attempt == 0 and inputs_from:
+                    copy_inputs(inputs_from, run_dir)
+                if attempt == 0 and inputs is not None and not inputs.empty:
+                    inputs.stage(run_dir)
                 self._submit_with_retry(entrypoint=self.entrypoint(config_arg, cfg), submission_id=submission_id,
                                         runtime_env=job_env,
                                         metadata={META_RUN_ID: run_id, META_RUN_DIR: run_dir,
@@ -330,6 +361,9 @@ class Cluster:
             except BaseException:
                 # Leave no half-made run behind: the same run id must be launchable again.
                 if writer is not None:
+                    from skyrl_core.user_inputs import remove_inputs
+
+                    remove_inputs(run_dir)
                     for name in ("config.yaml", "status.json"):
                         writer.store.delete(name)
                 raise

@@ -192,3 +192,91 @@ def test_sagemaker_ray_address_through_awss_toolkit(remote: Any, s3: Any, tmp_pa
     # the job and its shipped code went through the endpoint (packages already on the head are only looked up)
     assert ("POST", "/api/jobs/") in endpoint.forwarded
     assert any(path.startswith("/api/packages/") for _, path in endpoint.forwarded)
+
+
+# A notebook cell, as a user writes it: one function closes over a local variable of another.
+CELL = '''
+import re
+
+def make_rewards(bonus):
+    def correct(prompt, completion, ground_truth, **_):
+        numbers = re.findall(r"-?[0-9]+", completion)
+        return float(bool(numbers) and numbers[-1] == str(ground_truth))
+
+    def has_digit(prompts, completions, **columns):
+        return [bonus * any(ch.isdigit() for ch in str(c)) for c in completions]
+
+    return correct, has_digit
+
+correct, has_digit = make_rewards(0.5)
+'''
+
+
+def _cell_namespace() -> dict[str, Any]:
+    """``CELL`` run as Jupyter runs a cell: in ``__main__``'s name, its source in linecache (IPython keeps each
+    cell there, which is how ``inspect.getsource`` finds a cell's function)."""
+    import linecache
+
+    filename = "<ipython-input-7-rewards>"
+    linecache.cache[filename] = (len(CELL), None, CELL.splitlines(True), filename)
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(CELL, filename, "exec"), namespace)  # noqa: S102 - the test's stand-in for a notebook cell
+    return namespace
+
+
+def test_own_data_and_cell_rewards_on_a_cluster_that_cannot_see_the_notebook(remote: Any, s3: Any) -> None:
+    """Issue 35's done-when: a DataFrame and two reward functions from a cell (one a closure), on the remote head
+    with the run store on S3; per-function series in the store and the dashboard, the functions' source and the
+    data's hash in the run's record, and a stop + ``resume()`` that goes on with the same shipped data."""
+    import hashlib
+    import io
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from skyrl_core.runs import RunReader
+    from skyrl_nb.cluster import connect
+    from skyrl_nb.dashboard import Dashboard
+
+    ns = _cell_namespace()
+    df = pd.DataFrame({"question": [f"{a}+{b}" for a in range(5) for b in range(5)],
+                       "answer": [str(a + b) for a in range(5) for b in range(5)]})
+    cluster = connect(remote.address, token=remote.token)
+    root = f"s3://{s3.bucket}/own-{uuid.uuid4().hex[:8]}"
+    steps = 6
+    job = cluster.launch("quickstart", overrides=[f"run.run_root={root}", f"trainer.max_training_steps={steps}",
+                                                  "trainer.ckpt_interval=1", "trainer.eval_interval=0",
+                                                  "trainer.eval_before_train=false", "data.val_data=[]"],
+                         run_id="own-task", data=df, columns={"prompt": "question", "ground_truth": "answer"},
+                         reward=[ns["correct"], (ns["has_digit"], 0.2)])
+    dash = Dashboard(job, static=True)
+    _follow(dash, job, lambda d: d.points >= 2 or d.finished)
+    assert job.stop() is True
+    assert job.wait(timeout=120) == "stopped"
+    resumed = job.resume()
+    dash2 = Dashboard(resumed, static=True)
+    _follow(dash2, resumed, lambda d: d.finished)
+    assert dash2.state == "succeeded", resumed.logs(tail=30)
+
+    run = RunReader(job.run_dir)
+    rows = run.metrics()
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))  # every step once, across the stop
+    assert len([e for e in run.events() if e["kind"] == "resumed"]) == 1
+    for r in rows:  # each function's own series; the reward is their weighted sum
+        assert 0 <= r["reward/correct"] <= 1 and 0 <= r["reward/has_digit"] <= 0.5 and r["reward/errors"] == 0
+        assert r["reward/avg_raw_reward"] == pytest.approx(r["reward/correct"] + 0.2 * r["reward/has_digit"])
+    assert set(dash2.series.data["reward_parts"]) == {"correct", "has_digit"}
+    assert dash2.series.data["reward_parts"]["correct"] == [r["reward/correct"] for r in rows]
+
+    # what the run says it trained on: the DataFrame (rows, hash of the shipped bytes) and each function's source
+    inputs = run.inputs()
+    (train,) = inputs.data["train"]
+    shipped = run.store.read(f"inputs/train-{train['sha256']}.parquet")
+    assert train["rows"] == 25 and hashlib.sha256(shipped).hexdigest()[:16] == train["sha256"]
+    assert pq.read_table(io.BytesIO(shipped)).to_pandas().equals(df)
+    sources = {r["name"]: r["source"] for r in inputs.rewards}
+    assert "def correct(prompt, completion, ground_truth, **_):" in sources["correct"]
+    assert "return [bonus * any(" in sources["has_digit"] and inputs.rewards[1]["weight"] == 0.2
+    # both attempts trained on it: every step's prompts are the DataFrame's questions
+    asked = {q for step in range(1, steps + 1) for q in run.trajectories(step)["ground_truth"]}
+    assert asked <= set(df["answer"])

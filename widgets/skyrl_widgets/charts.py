@@ -34,6 +34,7 @@ from skyrl_widgets.dashboard import (
     REWARD_COLOUR,
     TOKENS_COLOUR,
     axes_for,
+    part_colour,
     reward_band,
     timing_parts,
 )
@@ -124,7 +125,8 @@ def points(xs: list[Any], *cols: list[Any]) -> list[list[Any]]:
 
 def reward_series(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Reward panel: a band named for what it is (`reward_band`: the 95% CI of the mean for 0/1 rewards,
-    else mean ± std), mean (markers, clickable), pass@n (dotted, clickable)."""
+    else mean ± std), mean (markers, clickable), pass@n (dotted, clickable), and each reward function's own
+    mean score (``reward/<name>``, finely dotted)."""
     steps = data["step"]
     lo, hi, band = reward_band(data)
     n = data.get("pass_n")
@@ -134,6 +136,8 @@ def reward_series(data: dict[str, Any]) -> list[dict[str, Any]]:
          "points": points(steps, data["reward_mean"])},
         {"name": f"pass@{n}" if n else "pass@n", "colour": PASS_COLOUR.css(), "kind": "line", "dash": "4 3",
          "clickable": True, "points": points(steps, data["pass_at"])},
+        *({"name": name, "colour": part_colour(i).css(), "kind": "line", "dash": "2 2", "points": points(steps, values)}
+          for i, (name, values) in enumerate(data.get("reward_parts", {}).items())),
     ]
 
 

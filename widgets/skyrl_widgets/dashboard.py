@@ -69,7 +69,18 @@ def empty_series() -> dict[str, Any]:
         "step": [], "reward_mean": [], "reward_std": [], "pass_at": [], "pass_n": None, "samples": None,
         "eval_step": [], "eval_score": [], "tokens_per_s": [],
         "timing": {name: [] for name, _, _ in TIMING_PARTS},
+        # reward functions' own scores (``reward/<name>``), each aligned on `step`, and errors per step
+        "reward_parts": {}, "reward_errors": [],
     }
+
+
+#: Colours of the reward functions' own series (``reward/<name>``), in the order they appear.
+PART_COLOURS = (Colour("--jp-mirror-editor-operator-color", "#7800c2"), Colour("--jp-error-color1", "#d32f2f"),
+                TOKENS_COLOUR, EVAL_COLOUR)
+
+
+def part_colour(i: int) -> Colour:
+    return PART_COLOURS[i % len(PART_COLOURS)]
 
 
 #: How far a 0/1 reward's std may sit from sqrt(mean * (1 - mean)) and still be read as 0/1 rewards.
@@ -124,7 +135,8 @@ def axes_for(series: dict[str, Any], total_steps: int | None = None) -> dict[str
     x = step_axis(0, last)
     totals = [sum(col[i] or 0.0 for col in series["timing"].values()) for i in range(len(steps))]
     return {
-        "reward": {"x": x, "y": value_axis((), fixed=reward_range(series["reward_mean"], series["pass_at"]))},
+        "reward": {"x": x, "y": value_axis((), fixed=reward_range(series["reward_mean"], series["pass_at"],
+                                                                  *series.get("reward_parts", {}).values()))},
         "eval": {"x": x, "y": value_axis((), fixed=reward_range(series["eval_score"]))},
         "tokens": {"x": x, "y": value_axis(series["tokens_per_s"], floor=0.0)},
         "timing": {"x": x, "y": value_axis(totals, floor=0.0)},
@@ -293,6 +305,10 @@ def render_svg(series: dict[str, Any], header: str = "", total_steps: int | None
     reward.band(xs, lo, hi, REWARD_COLOUR)
     reward.line(xs, mean, REWARD_COLOUR)
     reward.line(xs, pas, PASS_COLOUR, dash="4 3")
+    named = list(series.get("reward_parts", {}).items())
+    for i, (_, values) in enumerate(named):
+        p_xs, p_values = _thin(steps, values)
+        reward.line(p_xs, p_values, part_colour(i), dash="2 2")
 
     ev = Panel(_W / 2, 40, "eval score", axes["eval"])
     ev.line(series["eval_step"], series["eval_score"], EVAL_COLOUR)
@@ -317,6 +333,7 @@ def render_svg(series: dict[str, Any], header: str = "", total_steps: int | None
                 base += v
     n = series.get("pass_n")
     items = [("reward mean", REWARD_COLOUR), (f"pass@{n}" if n else "pass@n", PASS_COLOUR), ("eval", EVAL_COLOUR)]
+    items += [(name, part_colour(i)) for i, (name, _) in enumerate(named)]
     items += [(label, colour) for _, label, colour in parts]
     height = 40 + 2 * (_PANEL_H + 30) + 30
     body = "".join(p.svg() for p in (reward, ev, tok, bars)) + legend_svg(items, height - 5)

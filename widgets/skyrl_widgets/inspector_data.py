@@ -11,7 +11,8 @@ The inspector never loads a whole run. It keeps
 
 Rows follow the run-store contract (docs/architecture.md): ``step, uid, group, prompt, response, reward,
 advantage, num_tokens, finish_reason, env_class, data_source`` plus the optional ``turns``, ``ground_truth``,
-``token_ids``, ``token_logprobs``, ``token_advantages``, ``token_texts`` and ``discarded_reason``.
+``token_ids``, ``token_logprobs``, ``token_advantages``, ``token_texts``, ``discarded_reason``, and a reward function's
+``reward_error`` and ``reward/<name>`` scores.
 
 A prompt is stored as the model saw it, chat template applied; :func:`chat_turns` reads it back as turns
 (ChatML's ``<|im_start|>role``, Llama 3's header ids, ``<|role|>`` tags) and :func:`special_parts` marks the
@@ -40,7 +41,7 @@ from skyrl_core.store import Store, open_store
 VIEW_COLUMNS = (
     "step", "uid", "group", "prompt", "response", "reward", "advantage", "num_tokens", "finish_reason",
     "env_class", "data_source", "turns", "ground_truth", "token_ids", "token_logprobs", "token_advantages",
-    "token_texts", "discarded_reason",
+    "token_texts", "discarded_reason", "reward_error", "reward/*",
 )
 TOKEN_COLUMNS = ("token_logprobs", "token_advantages")
 #: Columns a part must have for the inspector to show it (a part without them is named and skipped).
@@ -396,6 +397,9 @@ class TrajectoryData:
             "num_tokens": int(finite(row.get("num_tokens")) or 0),
             "finish_reason": row.get("finish_reason") or "",
             "discarded_reason": row.get("discarded_reason") or None,
+            # reward functions (skyrl_engine.rewards): each one's score, and the error of one that raised
+            "reward_error": row.get("reward_error") or None,
+            "reward_parts": {k.split("/", 1)[1]: finite(v) for k, v in row.items() if k.startswith("reward/")} or None,
             "response": response[:MAX_TEXT_CHARS],
             "response_parts": special_parts(response[:MAX_TEXT_CHARS]),
             "truncated": len(response) > MAX_TEXT_CHARS,

@@ -106,8 +106,10 @@ function renderSample(sample, mode) {
       tag("reward", fmt(sample.reward), "sk-reward", `background:${rewardColour(sample.reward)}`),
       tag("advantage", signed(sample.advantage)),
       tag("length", `${sample.num_tokens} tok`),
-      tag("finish", sample.finish_reason || "?", `sk-finish-${sample.finish_reason || "unknown"}`)),
+      tag("finish", sample.finish_reason || "?", `sk-finish-${sample.finish_reason || "unknown"}`),
+      ...Object.entries(sample.reward_parts || {}).map(([name, v]) => tag(name, fmt(v), "sk-reward-part"))),
     sample.discarded_reason ? h("div", { class: "sk-discard-reason" }, `discarded: ${sample.discarded_reason}`) : null,
+    sample.reward_error ? h("div", { class: "sk-reward-error" }, `reward error: ${sample.reward_error}`) : null,
     body);
 }
 
