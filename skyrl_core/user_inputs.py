@@ -383,6 +383,29 @@ class JobInputs:
                 "rewards": [{**f.describe(), "sha256": digest(self.packed[f.name]),
                              "location": self.function_location(f)} for f in self.rewards]}
 
+    def preview_html(self) -> str:
+        """The config form's preview: each data input's rows and columns with its first row, the columns map,
+        each reward function's name, shape and weight ('' when there is nothing of one's own)."""
+        if self.empty:
+            return ""
+        lines = []
+        for role, items in (("train", self.train), ("eval", self.val or [])):
+            for d in items:
+                if isinstance(d, ShippedData):
+                    example = html.escape(json.dumps(_plain(d.first), default=str)[:300])
+                    lines.append(f"<b>{role} data</b>: {html.escape(d.source)}, {d.rows} rows, columns "
+                                 f"{html.escape(', '.join(d.columns))}<br><small><code>{example}</code></small>")
+                else:
+                    lines.append(f"<b>{role} data</b>: <code>{html.escape(d)}</code> (read by the job)")
+        if self.columns:
+            lines.append("<b>columns</b>: " + html.escape(", ".join(f"{k} = {v}" for k, v in self.columns.items())))
+        for f in self.rewards:
+            lines.append(f"<b>reward</b> {html.escape(f.name)} &times;{f.weight:g} "
+                         f"({'batched' if f.batched else 'per sample'}{', async' if f.is_async else ''})")
+        if self.reward_errors:
+            lines.append(f"<b>a reward that raises</b>: {html.escape(self.reward_errors)}")
+        return "<div>" + "<br>".join(lines) + "</div>"
+
     def _shipped(self) -> list[ShippedData]:
         return [d for d in [*self.train, *(self.val or [])] if isinstance(d, ShippedData)]
 

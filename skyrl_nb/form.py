@@ -85,11 +85,16 @@ class ConfigForm:
     """The form behind `configure()`. `config` is the last valid config (None while invalid)."""
 
     def __init__(self, preset: str = "quickstart", *, overrides: list[str] | None = None,
-                 cluster: Any = None) -> None:
+                 cluster: Any = None, **own: Any) -> None:
         from skyrl_core.config import load_config
+        from skyrl_core.user_inputs import JobInputs
         from skyrl_widgets.config_form import ConfigFormView, form_keys
 
-        cfg = load_config(preset, overrides=overrides)  # imports its plug-ins: their names are choices too
+        # your own data and reward functions (launch's keywords), read and checked once; launch ships them
+        self.own = own
+        ships = getattr(cluster, "_ships", lambda _path: False)
+        self.inputs = JobInputs.gather(**own, ship_file=ships)
+        cfg = load_config(preset, overrides=[*(overrides or []), *self.inputs.overrides()])
         self.preset = preset
         self.cluster = cluster
         self.job: Any = None
@@ -103,6 +108,7 @@ class ConfigForm:
                                    {key: choices for key, (_, choices) in inputs.items() if choices},
                                    title=f"skyrl-nb job config (preset {preset})")
         self.view.set_values(cfg.to_dotted())
+        self.view.set_preview(self.inputs.preview_html())
         self.view.on_change(lambda key: self.validate())
         self.view.apply_yaml.on_click(lambda _: self.from_yaml(self.view.yaml.value))
         self.view.launch.on_click(lambda _: self.launch())
@@ -231,7 +237,7 @@ class ConfigForm:
             from skyrl_nb.cluster import local
 
             self.cluster = local()
-        self.job = self.cluster.launch(self.config)
+        self.job = self.cluster.launch(self.config, **self.own)
         with self.view.output:
             display(self.job.dashboard())
         return self.job
@@ -252,7 +258,10 @@ class ConfigForm:
         return bundle
 
 
-def configure(preset: str = "quickstart", *, overrides: list[str] | None = None, cluster: Any = None) -> ConfigForm:
+def configure(preset: str = "quickstart", *, overrides: list[str] | None = None, cluster: Any = None,
+              **own: Any) -> ConfigForm:
     """A config form for `preset` with live validation, the resources it asks for, each training rank's
-    memory estimate (refused when `cluster` cannot hold it) and a Launch button."""
-    return ConfigForm(preset, overrides=overrides, cluster=cluster)
+    memory estimate (refused when `cluster` cannot hold it) and a Launch button. `own`: launch's `data`,
+    `val_data`, `columns`, `reward`, `reward_errors` (`Cluster.launch`), previewed above the form (rows, columns,
+    one example, reward names) and shipped by its Launch button; one that cannot be used raises `ConfigError`."""
+    return ConfigForm(preset, overrides=overrides, cluster=cluster, **own)

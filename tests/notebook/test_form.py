@@ -148,3 +148,31 @@ def test_gpus_are_checked_against_the_cluster(tmp_path: Path, spy_cluster: Any, 
     form.set("generator.inference_engine.num_engines", "1")
     assert form.problems == [] and not form.view.launch.disabled
     assert asked == [spy_cluster]  # the cluster was asked about vLLM once
+
+
+def test_the_form_previews_your_own_data_and_rewards_and_refuses_a_bad_one() -> None:
+    """configure(data=..., reward=...): rows, columns and one example of the data, each reward's name above the
+    form; the form's data field is the shipped file; a function that cannot be used is one line, no form."""
+    import pandas as pd
+
+    from skyrl_core.config import ConfigError
+    from skyrl_nb.form import configure
+
+    def exact(prompt, completion, ground_truth, **_):
+        return float(completion.strip() == ground_truth)
+
+    df = pd.DataFrame({"question": ["1+1", "2+2"], "answer": ["2", "4"]})
+    form = configure("quickstart", data=df, columns={"prompt": "question", "ground_truth": "answer"},
+                     reward=[(exact, 0.5)])
+    assert form.problems == []
+    preview = form.view.preview.value
+    assert "a pandas.DataFrame, 2 rows, columns question, answer" in preview
+    assert "&quot;question&quot;: &quot;1+1&quot;" in preview and "<b>reward</b> exact &times;0.5 (per sample)" in preview
+    assert form.view.raw_values()["data.train_data"][0].startswith("inputs://train-")
+    assert form.config.reward.functions[0].name == "exact"
+    try:
+        configure("quickstart", data=df, columns={"prompt": "question"}, reward=[(exact, "x")])
+    except ConfigError as err:
+        assert err.problems == ["reward 'exact': weight 'x' is not a number; give (fn, 0.5)"]
+    else:
+        raise AssertionError("a weight that is no number was taken")

@@ -117,6 +117,7 @@ class ConfigFormView:
                 rows.append(w.HBox([w.Label(label, layout=label_layout), widget, self.messages[key]]))
             sections.append(w.VBox(rows))
         self.general = w.HTML()
+        self.preview = w.HTML()  # your own data and reward functions (`set_preview`)
         self.resources = w.HTML()
         self.checking = w.HTML()
         self.launch_reason = w.HTML()
@@ -129,7 +130,7 @@ class ConfigFormView:
         tabs.set_title(0, "Form")
         tabs.set_title(1, "YAML")
         head = w.HTML(f"<b>{html.escape(title)}</b>") if title else w.HTML()
-        self.widget = w.VBox([head, tabs, self.general, self.resources, self.checking,
+        self.widget = w.VBox([head, self.preview, tabs, self.general, self.resources, self.checking,
                               w.HBox([self.launch, self.launch_reason]), self.output])
 
     def _input(self, kind: str, choices: tuple[str, ...]) -> Any:
@@ -203,6 +204,11 @@ class ConfigFormView:
         self.launch_reason.value = "<br>".join(
             f"<span style='{style}'>{'Launch is off: ' if i == 0 else ''}{html.escape(reason)}</span>"
             for i, reason in enumerate(reasons))
+
+    def set_preview(self, html_text: str) -> None:
+        """What the job trains on besides the form's fields (data rows, columns, one example; reward names), as
+        HTML made by ``skyrl_core.user_inputs.JobInputs.preview_html`` ('' when nothing)."""
+        self.preview.value = html_text
 
     def set_checking(self, text: str) -> None:
         """A line saying what the form is asking the cluster right now ('' when nothing)."""
