@@ -66,6 +66,8 @@ def _registry_checks(cfg: JobConfig, skip: set[str] = frozenset()) -> list[str]:
              if registry.key not in skip and value not in registry]
     env = cfg.environment.env_class
     envs = environment_names()  # None: no skyrl-gym here, so only the cluster knows its names
+    if envs is not None:
+        envs = [*envs, *(n for n in cfg.environment.shipped if n not in envs)]  # classes launch shipped
     if "environment.env_class" in skip:
         pass
     elif envs is not None and env not in envs:

@@ -149,6 +149,8 @@ class Registry:
         if name not in self._entries:
             return None
         entry = self._entries[name]
+        if self is ENVIRONMENTS and isinstance(entry, type):
+            return None  # a class itself: launch ships it by value (skyrl_core.user_inputs.JobInputs)
         defined_in = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
         if "__main__" not in (self._registered_in.get(name), defined_in):
             return None
@@ -240,10 +242,15 @@ def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
     return POLICY_LOSSES.register(name)
 
 
-def register_environment(name: str, entry_point: str) -> str:
-    """Register a skyrl-gym environment class (``"module:Class"``) as ``environment.env_class=name``."""
-    if ":" not in entry_point:
-        raise ValueError(f"environment {name!r}: entry point {entry_point!r} must look like 'module:Class'")
+def register_environment(name: str, entry_point: str | type) -> str | type:
+    """Register a skyrl-gym environment class as ``environment.env_class=name``: ``"module:Class"`` (a plug-in
+    module's), or the class itself, e.g. one defined in a notebook cell, which ``launch`` ships with the job by
+    value (``skyrl_core.user_inputs``)."""
+    if isinstance(entry_point, type):
+        return ENVIRONMENTS.register(name, entry_point)
+    if not isinstance(entry_point, str) or ":" not in entry_point:
+        raise ValueError(f"environment {name!r}: entry point {entry_point!r} must look like 'module:Class' or be "
+                         "the class")
     return ENVIRONMENTS.register(name, entry_point)
 
 

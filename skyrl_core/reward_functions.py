@@ -137,20 +137,7 @@ class RewardFunction:
         """The function pickled by value with cloudpickle (its closure and the globals it uses with it), so a
         cluster that cannot import the notebook's cell or module can call it; :class:`RewardFunctionError`
         names what it holds that cannot travel (a lock, a socket, an open file)."""
-        import cloudpickle
-
-        module = sys.modules.get(getattr(self.fn, "__module__", None) or "")
-        by_value = module is not None and module.__name__ != "__main__" and not _installed(module)
-        if by_value:
-            cloudpickle.register_pickle_by_value(module)
-        try:
-            return cloudpickle.dumps(self.fn)
-        except Exception as err:  # noqa: BLE001 - pickling a user's objects raises many kinds
-            raise RewardFunctionError(f"reward {self.name!r}: cannot be shipped with the job: "
-                                      f"{_unshippable(self.fn, err)}") from None
-        finally:
-            if by_value:
-                cloudpickle.unregister_pickle_by_value(module)
+        return pack_by_value(self.fn, f"reward {self.name!r}")
 
     def describe(self) -> dict[str, Any]:
         """What the run records of it: name, weight, shape and source text."""
@@ -165,6 +152,25 @@ class RewardFunction:
         import html
 
         return f"<code>{html.escape(repr(self))}</code>"
+
+
+def pack_by_value(obj: Any, what: str) -> bytes:
+    """``obj`` (a function, a class) pickled by value with cloudpickle: defined in ``__main__`` or in a module of
+    the user's that is not installed, it travels with its code and the globals it uses. :class:`RewardFunctionError`
+    (``what`` names it) says what it holds that cannot travel."""
+    import cloudpickle
+
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    by_value = module is not None and module.__name__ != "__main__" and not _installed(module)
+    if by_value:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(obj)
+    except Exception as err:  # noqa: BLE001 - pickling a user's objects raises many kinds
+        raise RewardFunctionError(f"{what}: cannot be shipped with the job: {_unshippable(obj, err)}") from None
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
 
 
 def reward_functions(reward: Any) -> list[RewardFunction]:
@@ -295,8 +301,11 @@ def _unshippable(fn: Any, err: BaseException) -> str:
     try:
         found = inspect.getclosurevars(fn)
         held = {**found.nonlocals, **found.globals}
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # a class: the globals its methods use
         held = {}
+        for member in vars(fn).values() if isinstance(fn, type) else ():
+            if inspect.isfunction(member):
+                held.update(inspect.getclosurevars(member).globals)
     for var, value in held.items():
         if inspect.ismodule(value):
             continue

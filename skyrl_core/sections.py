@@ -327,6 +327,8 @@ class GeneratorConfig(_Section):
 
 class EnvironmentConfig(_Section):
     env_class: str = "gsm8k"  # open to plug-ins: checked against skyrl_core.registry.environment_names()
+    # environment classes launch shipped by value (a class registered from a notebook cell): name -> inputs://file
+    shipped: dict[str, str] = Field(default_factory=dict)
 
 
 class RunConfig(_Section):

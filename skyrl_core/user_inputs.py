@@ -37,7 +37,14 @@ from skyrl_core.datarows import (
 )
 from skyrl_core.errors import ConfigError
 from skyrl_core.registry import shown
-from skyrl_core.reward_functions import RewardFunction, RewardFunctionError, digest, reward_functions, trial
+from skyrl_core.reward_functions import (
+    RewardFunction,
+    RewardFunctionError,
+    digest,
+    pack_by_value,
+    reward_functions,
+    trial,
+)
 
 __all__ = ["HF_PREFIX", "INPUTS_FOLDER", "INPUTS_PREFIX", "MANIFEST", "MAX_SHIPPED_BYTES", "JobInputs", "ShippedData",
            "copy_inputs", "read_data", "remove_inputs", "resolve_input", "reward_prompt"]
@@ -265,6 +272,7 @@ class JobInputs:
         self.train, self.val, self.columns = train, val, dict(columns or {})
         self.rewards, self.reward_errors = rewards, reward_errors
         self.packed = {f.name: f.pack() for f in rewards}
+        self.environments: dict[str, bytes] = {}  # environment classes shipped by value (ship_environments)
 
     @classmethod
     def gather(cls, *, data: Any = None, val_data: Any = None, columns: Mapping[str, str] | None = None,
@@ -287,7 +295,8 @@ class JobInputs:
 
     @property
     def empty(self) -> bool:
-        return not (self.train or self.val is not None or self.columns or self.rewards or self.reward_errors)
+        return not (self.train or self.val is not None or self.columns or self.rewards or self.reward_errors
+                    or self.environments)
 
     def overrides(self) -> list[str]:
         """``key=value`` lines (values as JSON, which YAML reads) for the config."""
@@ -324,6 +333,25 @@ class JobInputs:
                     self.val = found
                 changed[f"data.{key}"] = [_location(d) for d in found]
         return check_config(cfg, changed) if changed else cfg
+
+    def ship_environments(self, cfg: Any) -> Any:
+        """``cfg`` with the environment classes registered as classes (``register_environment("name", MyEnv)`` in a
+        cell) that it uses pickled by value into ``environment.shipped``: the config's ``env_class`` and any the
+        shipped data's first rows name. The engine registers them with skyrl-gym before it builds an env."""
+        from skyrl_core.config import check_config
+        from skyrl_core.registry import ENVIRONMENTS
+
+        names = {cfg.environment.env_class, *(d.first.get("env_class") for d in self._shipped())}
+        classes = {n: e for n, e in ENVIRONMENTS.registered().items() if n in names and isinstance(e, type)}
+        if not classes:
+            return cfg
+        try:
+            self.environments = {name: pack_by_value(cls, f"environment {name!r} ({cls.__qualname__})")
+                                 for name, cls in classes.items()}
+        except RewardFunctionError as err:
+            raise ConfigError([str(err)]) from None
+        return check_config(cfg, {"environment.shipped": {
+            name: f"{INPUTS_PREFIX}env-{name}-{digest(data)}.pkl" for name, data in self.environments.items()}})
 
     def function_location(self, function: RewardFunction) -> str:
         return f"{INPUTS_PREFIX}reward-{function.name}-{digest(self.packed[function.name])}.pkl"
@@ -370,6 +398,8 @@ class JobInputs:
         for function in self.rewards:
             store.put(f"{INPUTS_FOLDER}/{self.function_location(function)[len(INPUTS_PREFIX):]}",
                       self.packed[function.name])
+        for name, data in self.environments.items():
+            store.put(f"{INPUTS_FOLDER}/env-{name}-{digest(data)}.pkl", data)
         store.put(MANIFEST, json.dumps(self.manifest(), indent=1).encode())
 
     def manifest(self) -> dict[str, Any]:
@@ -381,7 +411,8 @@ class JobInputs:
                          **({"val": [entry(d) for d in self.val]} if self.val is not None else {})},
                 "columns": self.columns,
                 "rewards": [{**f.describe(), "sha256": digest(self.packed[f.name]),
-                             "location": self.function_location(f)} for f in self.rewards]}
+                             "location": self.function_location(f)} for f in self.rewards],
+                **({"environments": {n: digest(d) for n, d in self.environments.items()}} if self.environments else {})}
 
     def preview_html(self) -> str:
         """The config form's preview: each data input's rows and columns with its first row, the columns map,

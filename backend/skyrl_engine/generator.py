@@ -22,7 +22,7 @@ from skyrl_engine.models import encode_prompt, load_model, load_tokenizer
 from skyrl_engine.multiturn import MultiTurnLoop
 from skyrl_engine.policy import prepare_worker
 from skyrl_engine.protocol import context_tokens, to_sample_batch
-from skyrl_engine.rewards import RewardPool
+from skyrl_engine.rewards import RewardPool, register_shipped_environments
 from skyrl_engine.sampler import TorchSampler
 from skyrl_engine.tasks import EnvSettings, register_builtin_envs, score_response
 from skyrl_engine.types import GeneratorOutput, PromptRow
@@ -113,7 +113,8 @@ class GeneratorWorker:
                  plugins: list[str] | tuple[str, ...] = (), env_configs: dict[str, dict[str, Any]] | None = None,
                  placement: Any | None = None, colocated: bool = False, vllm_python: str | None = None,
                  seed: int = 0, engine_kwargs: dict[str, Any] | None = None,
-                 backend: TokenGenerator | None = None, reward: Any = None, run_dir: str = "") -> None:
+                 backend: TokenGenerator | None = None, reward: Any = None, run_dir: str = "",
+                 shipped_envs: dict[str, str] | None = None) -> None:
         from skyrl_core.choices import Backend
 
         self.num_threads = prepare_worker(num_threads, plugins)
@@ -152,6 +153,7 @@ class GeneratorWorker:
                                        RewardPool.from_config(reward, run_dir) if reward is not None else None)
 
         register_builtin_envs()
+        register_shipped_environments(shipped_envs or {}, run_dir)  # classes a notebook cell defined
 
     def generate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int) -> GeneratorOutput:
         """``n`` rollouts per row with the current weights (the loop decides single- or multi-turn)."""

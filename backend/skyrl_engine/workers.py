@@ -306,7 +306,8 @@ class Workers:
                   "env_configs": env_configs_from_environ() if env_configs is None else env_configs,
                   "colocated": bool(t.placement.colocate_all), "vllm_python": vllm_python, "seed": int(t.seed),
                   "engine_kwargs": engine_kwargs, "backend": generator_backend,
-                  "reward": cfg.reward if cfg.reward.functions else None, "run_dir": str(cfg.run_dir)}
+                  "reward": cfg.reward if cfg.reward.functions else None, "run_dir": str(cfg.run_dir),
+                  "shipped_envs": dict(cfg.environment.shipped)}
         if placement is None or uses_vllm(cfg):
             return Role(GeneratorWorker(model_path, cfg.generator, placement=placement, **kwargs))
         return Role.actor(GeneratorWorker, placement.engine_options(0), model_path, cfg.generator, **kwargs)

@@ -317,6 +317,7 @@ class Cluster:
                                   reward_errors=reward_errors, ship_file=self._ships)
         cfg = self.prepare(config, overrides=[*(overrides or []), *inputs.overrides()], run_id=run_id)
         cfg = inputs.ship_named(cfg, self._ships)  # hf:// and files only this notebook sees, named in the config
+        cfg = inputs.ship_environments(cfg)  # environment classes registered in a cell travel by value
         # what plan() and the form refuse, refused here too, before anything is written or submitted
         problems = self.launch_problems(cfg, nodes=self._nodes_or_none())
         if problems:

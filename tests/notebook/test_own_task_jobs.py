@@ -92,3 +92,56 @@ def _question(prompt: str) -> str:
     import re
 
     return re.search(r"(\d\+\d)", prompt).group(1)
+
+
+ENV_CELL = '''
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_core.registry import register_environment
+
+AGAIN = "Not quite. Try again."
+
+class GuessEnv(BaseTextEnv):
+    """Two tries at the sum: a wrong first answer gets a hint and another turn."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__()
+        self.answer = str((extras or {}).get("reward_spec", {}).get("ground_truth"))
+        self.max_turns = 2
+
+    def step(self, action):
+        self.turns += 1
+        right = action.strip() == self.answer
+        if right or self.turns >= self.max_turns:
+            return BaseTextEnvStepOutput(observations=[], reward=float(right), done=True, metadata={})
+        return BaseTextEnvStepOutput(observations=[{"role": "user", "content": AGAIN}], reward=0.0, done=False,
+                                     metadata={})
+
+register_environment("guess_in_a_cell", GuessEnv)
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_multi_turn_environment_class_from_a_cell_travels_with_the_job(
+        ray_cluster: Any, tiny_model_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A skyrl-gym BaseTextEnv subclass defined and registered in a cell (``__main__``): shipped by value like a
+    reward function, registered with skyrl-gym in the job, and played for two turns."""
+    import pandas as pd
+
+    from skyrl_core.registry import ENVIRONMENTS
+
+    monkeypatch.setattr(ray_cluster, "engine_module", "skyrl_engine")
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(ENV_CELL, "<ipython-input-3-env>", "exec"), namespace)  # noqa: S102 - a notebook cell's stand-in
+    try:
+        job = ray_cluster.launch("quickstart", overrides=[*_small(tmp_path, tiny_model_dir), "generator.max_turns=2",
+                                                          "environment.env_class=guess_in_a_cell"],
+                                 run_id="cell-env", data=pd.DataFrame(QA), columns=MAPPED)
+        assert job.wait(timeout=240, poll_s=1.0) == "succeeded", job.logs(tail=40)
+    finally:
+        ENVIRONMENTS.unregister("guess_in_a_cell")
+    part = job.run.trajectories(STEPS)
+    assert set(part["env_class"]) == {"guess_in_a_cell"}
+    # the class ran in the job: a wrong first answer got the cell's hint as a second turn
+    assert part["turns"].map(lambda t: "Not quite. Try again." in str(t)).any()
+    shipped = job.run.config()["environment"]["shipped"]
+    assert list(shipped) == ["guess_in_a_cell"] and shipped["guess_in_a_cell"].startswith("inputs://env-guess_in_a_cell-")
