@@ -314,7 +314,7 @@ class Job:
                           if not RunReader(run_dir_of(root, candidate := f"{self.run_id}-new{n if n > 1 else ''}"))
                           .exists())
         return self.cluster.launch(config, overrides=["trainer.resume_mode=none", *(overrides or [])], run_id=run_id,
-                                   runtime_env=self.runtime_env)
+                                   runtime_env=self.runtime_env, inputs_from=self.run_dir)  # its shipped data too
 
     def submitted_config(self) -> dict[str, Any]:
         """The config this job was submitted with (Ray keeps it in the job's runtime env), as a dict;

@@ -77,6 +77,10 @@ def test_reward_errors_stay_with_their_samples_or_fail_the_job(ray_cluster: Any,
     assert {s["reward_error"] for s in shown if s["reward_error"]} and all(s["reward_parts"] == {"picky": s["reward"]}
                                                                           for s in shown if not s["reward_error"])
     assert skip.run.inputs().reward_names() == ["picky"] and "def picky(" in skip.run.inputs().rewards[0]["source"]
+    # a restart as a new run trains on the same shipped data and functions (copied into its own folder)
+    again = skip.restart_as_new(["trainer.max_training_steps=1"])
+    assert again.run_id == "picky-new" and again.wait(timeout=240, poll_s=1.0) == "succeeded", again.logs(tail=30)
+    assert again.run.inputs() == skip.run.inputs() and again.run.metrics()[0]["reward/errors"] >= 0
 
     assert fail.wait(timeout=300, poll_s=1.0) == "failed", fail.logs(tail=40)
     error = fail.run.status()["error"]
