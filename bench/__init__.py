@@ -71,6 +71,8 @@ STUDIES: tuple[Study, ...] = (
           "scale_out.json"),
     Study("inspector_scale", "the trajectory inspector on a 10k-step, 100k-trajectory store",
           "open < 1 s, refresh < 50 ms, kernel memory < 300 MB", "inspector_scale.json"),
+    Study("reward_pool", "reward functions from a cell: does the pool hide a 20 ms/sample reward's latency?",
+          "slow reward's step ≤ 1.3× the built-in's; a trivial reward's stage < 5 % of the step", "reward_pool.json"),
     Study("s3_dashboard", "a dashboard following a 1,000-step run on S3", "refresh < 200 ms, ≤ 3 requests",
           "s3_dashboard.json", quick=True),
     Study("ray_process_costs", "what Ray's processes cost: import ray, cluster shutdown",

@@ -60,7 +60,10 @@ class _DaemonPool:
         future: Future = Future()
         started: list[float] = []
         self._tasks.put((future, call, started))
-        self._grow()
+        if len(self._threads) < self.max_workers:  # threads never exit: no scan of them per call
+            with self._lock:
+                if len(self._threads) < self.max_workers:
+                    self._start()
         return future, started
 
     def replace(self, count: int) -> None:
@@ -68,12 +71,6 @@ class _DaemonPool:
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()]
             for _ in range(count):
-                self._start()
-
-    def _grow(self) -> None:
-        with self._lock:
-            self._threads = [t for t in self._threads if t.is_alive()]
-            if len(self._threads) < self.max_workers:
                 self._start()
 
     def _start(self) -> None:
@@ -134,7 +131,7 @@ class RewardPool:
         errors: list[list[str]] = [[] for _ in range(n)]
         for function, span, future, started in calls:
             try:
-                got = future.result(timeout=self._left(started))
+                got = self._wait(future, started)
             except BaseException as err:  # noqa: BLE001 - the function's own error, kept with its samples
                 got = err
                 if isinstance(err, TimeoutError) and not future.done():
@@ -152,12 +149,16 @@ class RewardPool:
         rewards = [sum(f.weight * by_function[f.name][b] for f in self.functions) for b in range(n)]
         return Scored(rewards, by_function, ["; ".join(e) or None for e in errors])
 
-    def _left(self, started: list[float]) -> float:
-        """Seconds this call may still run: its timeout from when a thread took it (waiting for a thread while
-        the pool is busy does not count; a call not yet started waits for one)."""
-        while not started:
-            time.sleep(0.001)
-        return max(0.0, started[0] + self.timeout_s - time.monotonic())
+    def _wait(self, future: Future, started: list[float]) -> Any:
+        """``future``'s result, waiting at most ``timeout_s`` from when a thread took its call (waiting for a thread
+        while the pool is busy does not count); TimeoutError when the call runs longer."""
+        while True:
+            left = self.timeout_s if not started else started[0] + self.timeout_s - time.monotonic()
+            try:
+                return future.result(timeout=max(0.0, left))
+            except TimeoutError:
+                if started and time.monotonic() >= started[0] + self.timeout_s:
+                    raise
 
     def __repr__(self) -> str:
         return (f"RewardPool({', '.join(repr(f) for f in self.functions)}; timeout {self.timeout_s:g} s, "

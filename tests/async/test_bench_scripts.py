@@ -1,4 +1,4 @@
-"""The benchmark scripts that need no vLLM or TRL env: the GPU check's CPU smoke run, the plot."""
+"""The benchmark scripts that need no vLLM or TRL env: the GPU check's CPU smoke run, the reward pool's, the plot."""
 
 from __future__ import annotations
 
@@ -25,6 +25,24 @@ def test_gpu_check_runs_on_cpu(tmp_path) -> None:
     for key in ("generate_tokens_per_s", "train_tokens_per_s", "step_s", "sync_weights_s", "params_m"):
         assert report[key] > 0, key
     assert report["dtype"] == "fp32" and report["device_name"] == "cpu"
+
+
+@pytest.mark.slow
+def test_reward_pool_runs_one_step_per_arm(tmp_path) -> None:
+    """The reward-pool study end to end at its smallest (one step per arm, a 1 ms reward): about 10 s."""
+    out = tmp_path / "reward_pool.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "reward_pool", "--steps", "1", "--warmup", "0", "--sleep-ms", "1",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert set(report["step_s_median"]) == {"builtin", "slow", "trivial", "slow_wide"}
+    assert report["arms_see_the_same_rewards"]  # every function arm scores exactly like the built-in env
+    assert report["max_workers"]["slow_wide"] == 128 and report["max_workers"]["builtin"] is None
+    assert all(report["reward_stage_s_median"][arm] > 0 for arm in report["step_s_median"])
+    assert 0 < report["trivial_reward_stage_share"] < 1 and report["slow_over_builtin"] > 0
 
 
 def test_plot_draws_every_panel(tmp_path, monkeypatch) -> None:
