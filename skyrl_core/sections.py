@@ -111,7 +111,7 @@ class RewardConfig(_Section):
     functions: list[RewardFunctionConfig] = Field(default_factory=list)
     timeout_s: float = Field(30.0, gt=0, le=3600)
     errors: RewardErrors = RewardErrors.SKIP
-    max_workers: int = Field(16, ge=1, le=256)
+    max_workers: int = Field(128, ge=1, le=256)
 
 
 class LoraConfig(_Section):

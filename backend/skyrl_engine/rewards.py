@@ -188,3 +188,21 @@ def load_function(location: str, run_dir: str, *, name: str, weight: float) -> R
         function = unpack(open_store(folder).read(file), name=name, weight=weight)
     function.name = name
     return function
+
+
+def register_shipped_environments(shipped: dict[str, str], run_dir: str) -> list[str]:
+    """Register with skyrl-gym the environment classes launch shipped by value (``environment.shipped``: name ->
+    ``inputs://`` pickle in the run's folder), so ``skyrl_gym.make(name)`` builds them in this process; the names."""
+    if not shipped:
+        return []
+    import cloudpickle
+    from skyrl_gym.envs import registration
+
+    from skyrl_core.store import open_store
+
+    for name, location in shipped.items():
+        if name in registration.registry:
+            continue
+        folder, _, file = resolve_input(location, run_dir).rpartition("/")
+        registration.register(id=name, entry_point=cloudpickle.loads(open_store(folder).read(file)))
+    return list(shipped)
