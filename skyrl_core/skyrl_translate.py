@@ -8,9 +8,18 @@ values pass through unchanged; :func:`translate` says where that is not so:
   SkyRL's ``fsdp``, the torch sampler becomes vLLM, ...) and keys only SkyRL has that the translation sets
   (``trainer.export_path``, ``trainer.run_name``, ...), each with the reason;
 - ``not_sent``: skyrl-nb keys SkyRL has no counterpart for whose value does not change what is trained
-  (``run.*`` become the bridge's own arguments, ``trainer.num_threads`` tunes CPU threads), with the reason;
+  (``run.*`` and ``data.columns`` become the bridge's own arguments, ``trainer.num_threads`` tunes CPU threads,
+  ``reward.*`` become the settings of the bridge's environment), with the reason;
 - ``problems``: everything SkyRL's trainer cannot take, one line per key naming its value and what is
   allowed; a key only skyrl-nb has, set to anything but its default, is refused here rather than dropped.
+
+A job's own data and reward functions (``skyrl_core.user_inputs``: ``inputs://`` files shipped into the run
+folder, object-store URLs, ``data.columns``) are read by the bridge, which writes them as Parquet in SkyRL's row
+layout before SkyRL starts; environment classes shipped from a cell (``environment.shipped``) it registers with
+skyrl-gym. With ``reward.functions``, ``environment.env_class`` becomes :data:`REWARD_ENV`, the
+bridge's skyrl-gym environment (``skyrl_engine.skyrl_reward_env``) that scores each response with the weighted
+functions, and the ``reward.*`` settings are sent as its own, ``environment.skyrl_gym.skyrl_nb_reward.*`` (keys the
+bridge's config class adds to SkyRL's).
 
 ``DEFAULT_DIFFERENCES`` lists where skyrl-nb's defaults differ from SkyRL's (docs/config.md), so the same
 YAML run by SkyRL's own entrypoint is known to mean something else there. Only pydantic and yaml are
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import html
+import json
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,6 +57,13 @@ BRIDGE_MODULE = "skyrl_engine.skyrl_bridge"
 OVERLONG_KEYS = ("trainer.algorithm.overlong_buffer.len", "trainer.algorithm.overlong_buffer.penalty_factor")
 """DAPO's soft overlong penalty: not in SkyRL 0.3.0's core config; the bridge's config class adds these keys
 (as SkyRL's DAPO example does) and its trainer applies the penalty, so they are sent only when it is on."""
+REWARD_ENV = "skyrl_nb_reward"
+"""The skyrl-gym environment (``skyrl_engine.skyrl_reward_env``) through which ``reward.functions`` score SkyRL's
+samples; its settings are SkyRL's ``environment.skyrl_gym.<REWARD_ENV>.*`` (keys the bridge's config class adds)."""
+REWARD_ENV_KEY = f"environment.skyrl_gym.{REWARD_ENV}"
+TEXT_PROMPT_COLUMN = "skyrl_nb_text_prompt"
+"""A column of the rows the bridge writes for :data:`REWARD_ENV`: true where the row's prompt was text (its one user
+message), so the reward functions receive the text as the row gave it, as skyrl-nb's engine hands it to them."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +120,13 @@ _NOT_SENT = {
     "run.run_id": "the bridge's --run-dir; also SkyRL's trainer.run_name",
     "run.store_token_data": "the bridge's --no-token-data when false",
     "run.engine": "picks this translation",
+    "data.columns": "the bridge's --columns: it writes the rows in SkyRL's layout (prompt messages, env_class, "
+                    "reward_spec) before SkyRL reads them",
+    **{f"reward.{k}": f"sent as {REWARD_ENV_KEY}.{k}, a setting of the bridge's environment, when reward.functions "
+                      "names a function" for k in ("functions", "timeout_s", "errors", "max_workers")},
+    # empty here; environment.shipped.<name> (a class from a notebook cell) is sent: the bridge's config class adds
+    # the key and the bridge registers the classes with skyrl-gym before SkyRL's generator makes an env
+    "environment.shipped": "no environment class from a notebook cell",
 }
 
 # skyrl-nb keys SkyRL has no counterpart for that change what is trained: refused unless at the default
@@ -136,6 +160,8 @@ class SkyrlTranslation:
     problems: list[str] = field(default_factory=list)
     run_dir: str | None = None
     store_token_data: bool = True
+    columns: dict[str, str] = field(default_factory=dict)
+    """``data.columns``: the bridge's ``--columns`` (how it reads the rows it writes in SkyRL's layout)."""
 
     def check(self) -> SkyrlTranslation:
         """Raise ConfigError (one line per problem) unless SkyRL can take this config; return self."""
@@ -148,7 +174,8 @@ class SkyrlTranslation:
         return [f"{key}={skyrl_value(value)}" for key, value in self.overrides.items()]
 
     def command(self, python: str = "python") -> list[str]:
-        """The bridge's argv: ``python -m skyrl_engine.skyrl_bridge --run-dir DIR [--no-token-data] key=value ...``.
+        """The bridge's argv: ``python -m skyrl_engine.skyrl_bridge --run-dir DIR [--no-token-data] [--columns JSON]
+        key=value ...``.
 
         Raises ConfigError when the config has problems, or no run directory (``run.run_id`` unset).
         """
@@ -157,6 +184,7 @@ class SkyrlTranslation:
             raise ConfigError(["run.run_id: None has no run directory for the bridge; give run.run_id "
                                "(launch makes one)"])
         flags = ["--run-dir", self.run_dir] + ([] if self.store_token_data else ["--no-token-data"])
+        flags += ["--columns", json.dumps(self.columns, sort_keys=True)] if self.columns else []
         return [python, "-m", BRIDGE_MODULE, *flags, *self.args()]
 
     def command_line(self, python: str = "python") -> str:
@@ -222,7 +250,8 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
     flat = cfg.to_dotted()
     t, a = cfg.trainer, cfg.trainer.algorithm
     run_dir = str(cfg.run_dir) if cfg.run_dir is not None else None
-    out = SkyrlTranslation(overrides={}, run_dir=run_dir, store_token_data=cfg.run.store_token_data)
+    out = SkyrlTranslation(overrides={}, run_dir=run_dir, store_token_data=cfg.run.store_token_data,
+                           columns=dict(cfg.data.columns))
     gae = a.advantage_estimator == AdvantageEstimator.GAE
 
     def change(key: str, sent: Any, why: str) -> None:
@@ -231,8 +260,13 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
         out.overrides[key] = sent
 
     for key, value in flat.items():
-        if key in _NOT_SENT:
-            out.not_sent[key] = _NOT_SENT[key]
+        if key in _NOT_SENT or key.startswith("data.columns."):
+            out.not_sent[key] = _NOT_SENT.get(key) or _NOT_SENT["data.columns"]
+            if key.startswith("reward.") and not cfg.reward.functions:
+                out.not_sent[key] = "no reward.functions: each row's environment scores (environment.env_class)"
+        elif key == "environment.env_class" and cfg.reward.functions:
+            change(key, REWARD_ENV, f"reward.functions score every sample: the bridge's skyrl-gym environment "
+                                    f"{REWARD_ENV} calls them (skyrl_engine.skyrl_reward_env)")
         elif key in _REFUSED_UNLESS_DEFAULT or key.startswith(SKYRL_NB_SECTIONS):
             default, why = _REFUSED_UNLESS_DEFAULT.get(key) or (_default_of(key, type(cfg)), "a skyrl-nb run setting the "
                                                                                  "bridge does not implement")
@@ -241,6 +275,8 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
                                     f"allowed: {skyrl_value(default)}, or run.engine=skyrl_nb")
             elif key not in _REFUSED_UNLESS_DEFAULT:
                 out.not_sent[key] = f"{why}; at its default"
+        elif key.startswith("environment.shipped."):
+            out.overrides[key] = value  # read by the bridge's config class (see _NOT_SENT["environment.shipped"])
         elif key in OVERLONG_KEYS:
             if a.overlong_buffer.len > 0:
                 out.overrides[key] = value  # read by the bridge's config class (see OVERLONG_KEYS)
@@ -271,6 +307,7 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
         else:
             out.overrides[key] = value
     _skyrl_only_keys(cfg, run_dir, change)
+    _reward_env_keys(cfg, run_dir, change)
     out.problems.extend(_problems(cfg))
     return out
 
@@ -296,6 +333,21 @@ def _skyrl_only_keys(cfg: JobConfig, run_dir: str | None, change: Any) -> None:
     change("trainer.placement.ref_num_nodes", p.policy_num_nodes, "the reference beside the policy, as in skyrl-nb")
     change("trainer.placement.ref_num_gpus_per_node", p.policy_num_gpus_per_node,
            "the reference beside the policy, as in skyrl-nb")
+
+
+def _reward_env_keys(cfg: JobConfig, run_dir: str | None, change: Any) -> None:
+    """``reward.*`` as the settings of the bridge's environment (:data:`REWARD_ENV`), when functions are named."""
+    r = cfg.reward
+    if not r.functions:
+        return
+    why = f"reward.{{}} as a setting of {REWARD_ENV}, the environment that calls the reward functions"
+    change(f"{REWARD_ENV_KEY}.functions", [{"name": f.name, "file": f.file, "weight": float(f.weight)}
+                                           for f in r.functions], why.format("functions"))
+    change(f"{REWARD_ENV_KEY}.timeout_s", float(r.timeout_s), why.format("timeout_s"))
+    change(f"{REWARD_ENV_KEY}.errors", str(r.errors), why.format("errors"))
+    change(f"{REWARD_ENV_KEY}.max_workers", int(r.max_workers), why.format("max_workers"))
+    if run_dir is not None:
+        change(f"{REWARD_ENV_KEY}.run_dir", run_dir, "where the shipped functions are (inputs://: <run_dir>/inputs/)")
 
 
 def _problems(cfg: JobConfig) -> list[str]:

@@ -1,6 +1,6 @@
 """SkyRL's own trainer behind skyrl-nb's run store: ``python -m skyrl_engine.skyrl_bridge``.
 
-    python -m skyrl_engine.skyrl_bridge --run-dir DIR [--no-token-data] key=value ...   # SkyRL's dotted keys
+    python -m skyrl_engine.skyrl_bridge --run-dir DIR [--no-token-data] [--columns JSON] key=value ...  # SkyRL's keys
     python -m skyrl_engine.skyrl_bridge --probe       # one JSON line: is SkyRL importable here, which version
 
 A config with ``run.engine: skyrl`` launches this (``skyrl_core.skyrl_translate`` writes the ``key=value``
@@ -16,10 +16,13 @@ with SkyRL's Ray actors doing the GPU work, and:
   into a trajectory part in the run store's schema: prompt, response, reward, advantage, the sampler's
   log-probs, ``turns`` for multi-turn episodes.
 
-skyrl-nb's ``builtin://`` datasets and models are resolved here first (:func:`resolve_args`): datasets are
-written as Parquet files in SkyRL's format in the engine's cache, models become local Hugging Face
-directories (SkyRL reads local files only). SkyRL itself is imported only by :func:`main` and
-``skyrl_classes.py``; this module's pieces run with or without it.
+skyrl-nb's inputs are resolved here first (:func:`resolve_args`): ``builtin://`` datasets, data shipped with
+the job (``inputs://`` files in the run folder), object-store URLs and files in any row shape
+(``skyrl_core.datarows``, ``--columns``) are written as Parquet files in SkyRL's format in the engine's cache,
+``builtin://`` models become local Hugging Face directories (SkyRL reads local files only). Reward functions
+(``reward.functions``) score through the skyrl-gym environment ``skyrl_engine.skyrl_reward_env``. SkyRL itself
+is imported only by :func:`main`, :func:`skyrl_config` and ``skyrl_classes.py``; this module's pieces run with or
+without it.
 
 Exit codes: 0 done, 1 the run failed (status ``failed``, traceback in events.jsonl), 2 SkyRL is missing or
 refused the config (one line on stderr and in status.json), 3 ``--probe`` found no usable SkyRL, 143 stopped.
@@ -30,6 +33,7 @@ One idea, SkyRL's trainer behind the run store: its tracker, its inputs and its 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -39,8 +43,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skyrl_core.choices import RunState
+from skyrl_core.datarows import SUFFIXES, canonical_row, prompt_parts
 from skyrl_core.lifecycle import HEARTBEAT_S, RunLifecycle
+from skyrl_core.registry import shown
 from skyrl_core.runs import RunWriter
+from skyrl_core.skyrl_translate import REWARD_ENV, TEXT_PROMPT_COLUMN
+from skyrl_core.user_inputs import INPUTS_PREFIX, resolve_input, reward_prompt
 from skyrl_engine.cache import cache_root
 from skyrl_engine.models import keep_tokenizer, resolve_model_path
 from skyrl_engine.tasks import BUILTIN_PREFIX, env_configs_from_environ, load_prompts, read_rows, write_rows
@@ -173,19 +181,23 @@ def _plain(value: Any) -> Any:
 
 
 def dashboard_aliases(metrics: Mapping[str, Any], policy_gpus: int = 1) -> dict[str, Any]:
-    """The one name skyrl-nb's dashboard reads that SkyRL 0.3.0 spells otherwise, added beside SkyRL's own:
+    """The names skyrl-nb's dashboard reads that SkyRL 0.3.0 spells otherwise, added beside SkyRL's own:
     ``trainer/tokens_per_second`` = SkyRL's ``trainer/tokens_per_second_per_gpu`` × policy GPUs (kept when
-    the payload has it already). Every other name the dashboard draws (``reward/avg_raw_reward``,
+    the payload has it already), and the reward functions' series ``reward/<name>`` and ``reward/errors``, which
+    SkyRL names after the environment that reports them (``environment/reward/<name>``,
+    ``skyrl_engine.skyrl_reward_env``). Every other name the dashboard draws (``reward/avg_raw_reward``,
     ``reward/avg_pass_at_{n}``, ``timing/{generate,policy_train,sync_weights,save_checkpoints}``,
     ``eval/all/avg_score``) is SkyRL's own.
 
-    >>> dashboard_aliases({"trainer/tokens_per_second_per_gpu": 100.0}, policy_gpus=4)
-    {'trainer/tokens_per_second': 400.0}
+    >>> dashboard_aliases({"trainer/tokens_per_second_per_gpu": 100.0, "environment/reward/exact": 0.5}, 4)
+    {'reward/exact': 0.5, 'trainer/tokens_per_second': 400.0}
     """
+    found = {key[len("environment/"):]: value for key, value in metrics.items()
+             if key.startswith("environment/reward/") and key[len("environment/"):] not in metrics}
     per_gpu = metrics.get("trainer/tokens_per_second_per_gpu")
-    if "trainer/tokens_per_second" in metrics or not isinstance(per_gpu, (int, float)):
-        return {}
-    return {"trainer/tokens_per_second": per_gpu * policy_gpus}
+    if "trainer/tokens_per_second" not in metrics and isinstance(per_gpu, (int, float)):
+        found["trainer/tokens_per_second"] = per_gpu * policy_gpus
+    return found
 
 
 # ------------------------------------------------------------------------------------------ trajectories
@@ -209,13 +221,17 @@ def _parse_words(words: Sequence[str]) -> dict[str, Any]:
     return parsed
 
 
-def resolve_args(words: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
-    """SkyRL's ``key=value`` words with skyrl-nb's ``builtin://`` inputs made into files SkyRL reads.
+def resolve_args(words: Sequence[str], *, run_dir: str | None = None,
+                 columns: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, Any]]:
+    """SkyRL's ``key=value`` words with skyrl-nb's inputs made into files SkyRL reads.
 
     - each ``builtin://`` dataset in ``data.train_data`` / ``data.val_data`` is written once as a Parquet file
       in SkyRL's row format under the engine's cache (``skyrl_engine.cache.cache_root()/skyrl-data``; SkyRL
       reads it in this process), with ``max_turns`` from ``generator.max_turns`` added to rows that lack it,
       as skyrl-nb's agent loop does;
+    - every other data file (``inputs://`` in ``run_dir``, an object-store URL, a local file) is read in any row
+      shape skyrl-nb reads (``columns`` is ``data.columns``) and written there too, in SkyRL's layout
+      (:func:`skyrl_rows`), content-addressed;
     - a ``builtin://`` or ``.gguf`` ``trainer.policy.model.path`` (and critic's) becomes a local Hugging Face
       directory (``skyrl_engine.models.resolve_model_path``: the tiny model is warm-started on the train rows);
     - the built-in text2sql databases become ``environment.skyrl_gym.text2sql.db_path`` unless it is given;
@@ -231,11 +247,15 @@ def resolve_args(words: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     values = _parse_words(words)
     resolved: dict[str, Any] = {}
     max_turns = int(values.get("generator.max_turns") or 1)
+    reward_env = values.get("environment.env_class") == REWARD_ENV
     for key in ("data.train_data", "data.val_data"):
         paths = values.get(key) or []
         paths = [paths] if isinstance(paths, str) else list(paths)
         files = []
         for path in paths:
+            if str(path).startswith(INPUTS_PREFIX) or str(path).endswith(SUFFIXES):
+                files.append(_skyrl_file(str(path), run_dir, columns, REWARD_ENV if reward_env else None, max_turns))
+                continue
             if not str(path).startswith(BUILTIN_PREFIX):
                 files.append(path)
                 continue
@@ -269,6 +289,51 @@ def resolve_args(words: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     out = [w for w in words if w.partition("=")[0].strip() not in resolved]
     out += [f"{key}={skyrl_value(value)}" for key, value in resolved.items()]
     return out, resolved
+
+
+def skyrl_rows(raw_rows: Sequence[Mapping[str, Any]], *, columns: Mapping[str, str] | None = None,
+               env_class: str | None = None, max_turns: int = 1, where: str = "data") -> list[dict[str, Any]]:
+    """Rows in any shape skyrl-nb reads (``skyrl_core.datarows.canonical_row``) in SkyRL's layout: ``prompt`` as
+    messages, ``env_class`` (``env_class`` when given, for every row: the reward functions' environment),
+    ``reward_spec`` with the ground truth, every other column kept (SkyRL hands them to the environment);
+    ``max_turns`` where ``max_turns > 1``; for the reward environment, ``TEXT_PROMPT_COLUMN``.
+    RowShapeError (a ValueError) names the row and the column.
+
+    >>> skyrl_rows([{"q": "2+2", "a": "4"}], columns={"prompt": "q", "ground_truth": "a"})
+    [{'q': '2+2', 'a': '4', 'prompt': [{'role': 'user', 'content': '2+2'}], 'reward_spec': {'ground_truth': '4'}}]
+    """
+    out = []
+    for number, raw in enumerate(raw_rows, start=1):
+        row = canonical_row(raw, columns, f"{where} row {number}")
+        messages, _, spec = prompt_parts(row, f"{where} row {number}")
+        if env_class == REWARD_ENV:  # the functions get the prompt as the row gave it: text, or messages
+            row[TEXT_PROMPT_COLUMN] = isinstance(reward_prompt(row), str)
+        row["prompt"] = messages
+        if spec:
+            row["reward_spec"] = spec
+        if env_class is not None:
+            row["env_class"] = env_class
+        if max_turns > 1:
+            row.setdefault("max_turns", max_turns)
+        out.append(row)
+    return out
+
+
+def _skyrl_file(path: str, run_dir: str | None, columns: Mapping[str, str] | None, env_class: str | None,
+                max_turns: int) -> str:
+    """``path`` (``inputs://`` in ``run_dir``, a URL or a file) read and written in SkyRL's layout under the engine's
+    cache, named by its content: the local Parquet file SkyRL reads."""
+    if path.startswith(INPUTS_PREFIX) and not run_dir:
+        raise ValueError(f"{path}: a file shipped with the job; the bridge reads it from --run-dir, which is missing")
+    source = resolve_input(path, run_dir) if run_dir else path
+    rows = skyrl_rows(read_rows(source), columns=columns, env_class=env_class, max_turns=max_turns, where=shown(path))
+    folder = os.path.join(cache_root(), "skyrl-data")
+    partial = write_rows(os.path.join(folder, f"{os.getpid()}.tmp.parquet"), rows)
+    with open(partial, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    target = os.path.join(folder, f"{os.path.basename(path).rsplit('.', 1)[0][:40]}-{digest}.parquet")
+    os.replace(partial, target)
+    return target
 
 
 def _prompt_limits(model_dir: str, data_files: Sequence[str], values: Mapping[str, Any],
@@ -342,6 +407,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", help="the run store to write (<run_root>/<run_id>)")
     parser.add_argument("--no-token-data", action="store_true", help="no token_ids / token_logprobs columns")
+    parser.add_argument("--columns", type=json.loads, default=None,
+                        help='data.columns as JSON: the rows\' own column names, {"prompt": "question", ...}')
     parser.add_argument("--probe", action="store_true", help="print whether SkyRL imports here (one JSON line)")
     parser.add_argument("overrides", nargs="*", help="SkyRL's dotted key=value overrides")
     return parser
@@ -383,22 +450,40 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def skyrl_config(words: Sequence[str], *, run_dir: str | None, columns: Mapping[str, str] | None = None
+                 ) -> tuple[Any, dict[str, Any]]:
+    """What the bridge hands SkyRL: ``words`` with skyrl-nb's inputs resolved (:func:`resolve_args`), loaded into
+    ``skyrl_classes.BridgeConfig`` by SkyRL's ``from_cli_overrides`` and checked by SkyRL's ``validate_cfg``.
+    Returns ``(cfg, resolved)``; ValueError with the one line (``data: ...`` or ``SkyRL refused the config: ...``)."""
+    from skyrl.train.utils import validate_cfg
+
+    from skyrl_engine.skyrl_classes import BridgeConfig  # imports SkyRL, an optional dependency
+
+    try:
+        words, resolved = resolve_args(words, run_dir=run_dir, columns=columns)
+    except (ValueError, OSError) as err:  # a data file that cannot be read, or a row SkyRL could not train on
+        raise ValueError(f"data: {_one_line(err)}") from None
+    try:
+        cfg = BridgeConfig.from_cli_overrides(list(words))
+        validate_cfg(cfg)
+    except (ValueError, AssertionError, TypeError) as err:
+        raise ValueError(f"SkyRL refused the config: {_one_line(err)}") from None
+    return cfg, resolved
+
+
 def _run(args: argparse.Namespace, run_dir: str, tracker: RunStoreTracker) -> int:
     try:
-        from skyrl.train.utils import validate_cfg
         from skyrl.train.utils.utils import initialize_ray
 
         # SkyRL itself is an optional dependency
-        from skyrl_engine.skyrl_classes import BridgeConfig, experiment_class
+        from skyrl_engine.skyrl_classes import experiment_class
     except Exception as err:  # noqa: BLE001 - any import failure means: no usable SkyRL here
         return _refuse(tracker, f"SkyRL's trainer does not import in this Python ({sys.version.split()[0]}): "
                                 f"{_one_line(err)}; install skyrl[fsdp]==0.3.0 on the cluster (docs/skyrl.md)")
-    words, resolved = resolve_args(args.overrides)
     try:
-        cfg = BridgeConfig.from_cli_overrides(words)
-        validate_cfg(cfg)
-    except (ValueError, AssertionError, TypeError) as err:
-        return _refuse(tracker, f"SkyRL refused the config: {_one_line(err)}")
+        cfg, resolved = skyrl_config(args.overrides, run_dir=run_dir, columns=args.columns)
+    except ValueError as err:
+        return _refuse(tracker, str(err))
     if cfg.trainer.fully_async.enabled:
         return _refuse(tracker, "trainer.fully_async.enabled: true is not run by the bridge (SkyRL's fully async "
                                 "trainer takes only rollout_is / dppo losses); allowed: false")

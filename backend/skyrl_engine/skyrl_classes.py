@@ -1,8 +1,12 @@
 """SkyRL's own classes, extended for the bridge (``skyrl_bridge.py``). Importing this module imports SkyRL.
 
 - :class:`BridgeConfig`: ``SkyRLTrainConfig`` plus ``trainer.algorithm.overlong_buffer.{len, penalty_factor}``
-  (DAPO's soft overlong penalty, which SkyRL 0.3.0 keeps in its DAPO example rather than its core config),
-  subclassed the way SkyRL's docs say to add config fields. Module-level, so Ray pickles it by name.
+  (DAPO's soft overlong penalty, which SkyRL 0.3.0 keeps in its DAPO example rather than its core config) and
+  ``environment.skyrl_gym.skyrl_nb_reward.*`` (the settings of the reward functions' environment,
+  ``skyrl_reward_env``, which SkyRL's generator hands it as its ``env_config``) and ``environment.shipped``
+  (environment classes from a notebook cell, registered before SkyRL's generator makes one), subclassed the way SkyRL's docs
+  say to add config fields. Module-level, so Ray pickles it by name. Importing this module registers that
+  environment with skyrl-gym.
 - :func:`experiment_class`: ``BasePPOExp`` whose tracker is the run store and whose trainer (a
   ``RayPPOTrainer``) reports its start, each step's trajectories and its checkpoints there, and applies the
   overlong penalty before dynamic sampling. Built on first call: ``skyrl.train.trainer`` needs SkyRL's GPU
@@ -15,9 +19,18 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl.train.config import AlgorithmConfig, BaseConfig, SkyRLTrainConfig, TrainerConfig
+from skyrl.train.config import (
+    AlgorithmConfig,
+    BaseConfig,
+    EnvironmentConfig,
+    SkyRLGymConfig,
+    SkyRLTrainConfig,
+    TrainerConfig,
+)
 
 from skyrl_engine import skyrl_batches as batches
+from skyrl_engine import skyrl_reward_env  # registers the reward functions' environment with skyrl-gym
+from skyrl_engine.rewards import register_shipped_environments
 from skyrl_engine.tasks import register_builtin_envs
 
 
@@ -41,10 +54,37 @@ class BridgeTrainerConfig(TrainerConfig):
 
 
 @dataclass
+class RewardEnvConfig(BaseConfig):
+    """``environment.skyrl_gym.skyrl_nb_reward``: skyrl-nb's ``reward.*`` (``functions``: ``{name, file, weight}``
+    each, ``file`` an ``inputs://`` pickle in ``run_dir`` or ``module:function``); the translation sends every key
+    whenever ``reward.functions`` names a function, so these defaults are never what a job runs with."""
+
+    run_dir: str = ""
+    functions: list = field(default_factory=list)
+    timeout_s: float = 30.0
+    errors: str = "skip"
+    max_workers: int = 16
+
+
+@dataclass
+class BridgeSkyRLGymConfig(SkyRLGymConfig):
+    skyrl_nb_reward: RewardEnvConfig = field(default_factory=RewardEnvConfig)
+
+
+@dataclass
+class BridgeEnvironmentConfig(EnvironmentConfig):
+    skyrl_gym: BridgeSkyRLGymConfig = field(default_factory=BridgeSkyRLGymConfig)
+    shipped: dict = field(default_factory=dict)
+    """skyrl-nb's ``environment.shipped``: environment classes from a notebook cell, name -> ``inputs://`` pickle."""
+
+
+@dataclass
 class BridgeConfig(SkyRLTrainConfig):
-    """SkyRL's config with the bridge's one addition (``trainer.algorithm.overlong_buffer``)."""
+    """SkyRL's config with the bridge's additions (``trainer.algorithm.overlong_buffer``,
+    ``environment.skyrl_gym.skyrl_nb_reward``)."""
 
     trainer: BridgeTrainerConfig = field(default_factory=BridgeTrainerConfig)
+    environment: BridgeEnvironmentConfig = field(default_factory=BridgeEnvironmentConfig)
 
 
 @functools.cache
@@ -116,6 +156,8 @@ def experiment_class() -> type:
         def get_generator(self, cfg: Any, tokenizer: Any, inference_engine_client: Any) -> Any:
 
             register_builtin_envs()  # skyrl-nb's environments (arithmetic, plug-ins') in skyrl-gym's registry
+            skyrl_reward_env.register()  # the reward functions' (skyrl_nb_reward), and classes from a cell
+            register_shipped_environments(dict(cfg.environment.shipped), self.run_store.run_dir)
             return super().get_generator(cfg, tokenizer, inference_engine_client)
 
         def get_trainer(self, cfg: Any, tracker: Any, tokenizer: Any, train_dataset: Any, eval_dataset: Any,

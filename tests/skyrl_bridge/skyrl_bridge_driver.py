@@ -16,6 +16,10 @@
    worker.py's names with SkyRL's own policy loss). What the GPU parts would do (models, vLLM, checkpoints'
    contents) is not run; ``save_checkpoints`` is replaced by a stand-in that writes SkyRL's latest-step file.
    Everything it logged and every generator output goes into the result for the test to compare.
+3. A job's own data and reward functions (``inputs``): the bridge's command line for a DataFrame shipped with the
+   job and reward functions pickled from the test, through the bridge's config path and ``validate_cfg``; the rows
+   it wrote read by SkyRL's ``PromptDataset``, and the reward functions' environment made and stepped on each row
+   as SkyRL's generator makes and steps it (:func:`check_inputs`).
 
 SkyRL 0.3.0 on Python 3.11 needs three stand-ins before its trainer imports (none changes what is tested):
 ``skyrl.backends`` as a bare package (its ``__init__`` pulls ``skyrl.tinker.types``, which pydantic refuses
@@ -312,6 +316,61 @@ def run_store(spec: dict) -> dict:
     return record
 
 
+# ------------------------------------------------------------------------------ a job's own data and rewards
+
+
+def check_inputs(spec: dict) -> dict:
+    """The bridge's command line for a job with shipped data and reward functions, through the bridge's own config
+    path (``skyrl_bridge.skyrl_config``: inputs resolved, ``from_cli_overrides``, ``validate_cfg``); then the Parquet
+    it wrote read by SkyRL's ``PromptDataset`` and each row's environment made and stepped as SkyRL's generator
+    does (``skyrl_gym.make(env_class, env_config=cfg.environment.skyrl_gym.<env_class>, extras=...)``), its
+    metrics aggregated by SkyRL's ``get_rollout_metrics``."""
+    import copy
+    import os
+
+    import skyrl_gym
+    from skyrl.train.dataset import PromptDataset
+    from skyrl.train.generators.utils import get_rollout_metrics
+    from skyrl_gym.envs import registration
+    from transformers import AutoTokenizer
+
+    from skyrl_engine.skyrl_bridge import _parser, dashboard_aliases, skyrl_config
+
+    s = spec["inputs"]
+    os.environ["SKYRL_NB_CACHE"] = s["cache"]
+    started = time.perf_counter()
+    args = _parser().parse_args(s["argv"])
+    try:
+        cfg, resolved = skyrl_config(args.overrides, run_dir=args.run_dir, columns=args.columns)
+    except ValueError as err:
+        return {"error": str(err)}
+    out = {"error": None, "resolved": resolved, "env_class": cfg.environment.env_class,
+           "registered": cfg.environment.env_class in registration.registry,
+           "env_config": plain(cfg.environment.skyrl_gym.skyrl_nb_reward), "config_s": time.perf_counter() - started}
+    tokenizer = AutoTokenizer.from_pretrained(cfg.trainer.policy.model.path)
+    data = PromptDataset(cfg.data.train_data, tokenizer, cfg.trainer.max_prompt_length, num_workers=1)
+    samples = []
+    for i in range(len(data)):
+        messages, env_class, extras, _ = data[i]
+        for response in s["responses"]:
+            env_extras = {**copy.deepcopy(extras), "max_turns": cfg.generator.max_turns}  # as SkyRL's agent_loop
+            env_class = env_class or cfg.environment.env_class
+            env = skyrl_gym.make(env_class, env_config=getattr(cfg.environment.skyrl_gym, env_class, dict()),
+                                 extras=env_extras)
+            env.init(copy.deepcopy(messages))
+            step = env.step(response)
+            samples.append({"row": i, "messages": messages, "env_class": env_class, "response": response,
+                            "reward": step["reward"], "done": step["done"], "metadata": step["metadata"],
+                            "metrics": env.get_metrics()})
+            env.close()
+    metrics = get_rollout_metrics([[1, 2] for _ in samples],
+                                  [x["reward"] for x in samples], [x["metrics"] for x in samples],
+                                  [x["env_class"] for x in samples])
+    metrics = {k: plain(v) for k, v in metrics.items() if k.startswith("environment/")}
+    return {**out, "rows": len(data), "samples": samples, "metrics": metrics, "aliases": dashboard_aliases(metrics),
+            "total_s": time.perf_counter() - started}
+
+
 def main(spec_path: str, result_path: str) -> None:
     started = time.perf_counter()
     stand_ins()
@@ -319,6 +378,8 @@ def main(spec_path: str, result_path: str) -> None:
     result = {"skyrl_version": metadata.version("skyrl"), **check_configs(spec)}
     result["config_s"] = time.perf_counter() - started
     result["store"] = run_store(spec)
+    if "inputs" in spec:
+        result["inputs"] = check_inputs(spec)
     result["total_s"] = time.perf_counter() - started
     Path(result_path).write_text(json.dumps(result))
 

@@ -238,3 +238,57 @@ def test_gpu_check_skyrl_mode_says_why_it_cannot_run_here(monkeypatch: pytest.Mo
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert gpu_check.skyrl_missing() == ("SkyRL's trainer does not import in this Python "
                                          f"({sys.version.split()[0]}): the skyrl package is not installed")
+
+
+def test_a_jobs_own_data_becomes_skyrl_rows_and_its_reward_functions_an_environment(
+        tmp_path: Path, tiny_model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without SkyRL (our venv has skyrl-gym): the bridge's resolution of shipped data in any shape and the reward
+    functions' environment; test_skyrl_oracle.py does the same through SkyRL's own config and dataset."""
+    import skyrl_gym
+
+    from skyrl_core.reward_functions import RewardFunctionError
+    from skyrl_core.skyrl_translate import REWARD_ENV, REWARD_ENV_KEY, TEXT_PROMPT_COLUMN
+    from skyrl_core.user_inputs import JobInputs
+    from skyrl_engine import skyrl_reward_env  # registers the environment, as skyrl_classes' import does
+    from skyrl_engine.skyrl_bridge import _parser, resolve_args
+    from skyrl_engine.tasks import read_rows, write_rows
+
+    monkeypatch.setenv("SKYRL_NB_CACHE", str(tmp_path / "cache"))
+    assert skyrl_reward_env.REWARD_ENV in skyrl_gym.envs.registration.registry
+
+    def exact(prompt, completion, ground_truth, **_):
+        if completion == "boom":
+            raise RuntimeError("boom")
+        return float(completion.strip() == ground_truth)
+
+    rows = [{"q": "2+2", "a": "4", "env_class": "arithmetic"}, {"q": "3+3", "a": "6", "env_class": "arithmetic"}]
+    inputs = JobInputs.gather(data=rows, columns={"prompt": "q", "ground_truth": "a"}, reward=exact,
+                              reward_errors="fail")
+    cfg = _cfg(tmp_path, "run.engine=skyrl", f"trainer.policy.model.path={tiny_model_dir}", "data.val_data=[]",
+               "trainer.eval_interval=-1", *inputs.overrides())
+    inputs.stage(str(cfg.run_dir))
+    args = _parser().parse_args(cfg.to_skyrl().command()[3:])
+    assert args.columns == {"prompt": "q", "ground_truth": "a"}
+    _, resolved = resolve_args(args.overrides, run_dir=args.run_dir, columns=args.columns)
+    (written,) = resolved["data.train_data"]
+    got = read_rows(written)
+    assert got[0] == {"q": "2+2", "a": "4", "env_class": REWARD_ENV, "prompt": [{"role": "user", "content": "2+2"}],
+                      "reward_spec": {"ground_truth": "4"}, TEXT_PROMPT_COLUMN: True}
+    settings = {k[len(REWARD_ENV_KEY) + 1:]: v for k, v in cfg.to_skyrl().overrides.items()
+                if k.startswith(REWARD_ENV_KEY)}
+    extras = {k: v for k, v in got[1].items() if k not in ("prompt", "env_class")}
+    env = skyrl_gym.make(REWARD_ENV, env_config=settings, extras={**extras, "max_turns": 1})
+    env.init(got[1]["prompt"])
+    assert env.step("6")["reward"] == 1.0 and env.get_metrics() == {"reward/exact": 1.0, "reward/errors": 0.0}
+    with pytest.raises(RewardFunctionError, match="exact: RuntimeError: boom .reward.errors=fail."):
+        env.step("boom")
+
+    # veRL's rows in a local file, no reward functions: each row keeps its own environment
+    verl = write_rows(str(tmp_path / "verl.jsonl"), [{"prompt": [{"role": "user", "content": "1+1"}],
+                                                      "env_class": "arithmetic", "reward_model": {"ground_truth": "2"}}])
+    _, resolved = resolve_args([f"data.train_data=[{verl}]", "data.val_data=[]"])
+    (row,) = read_rows(resolved["data.train_data"][0])
+    assert row["env_class"] == "arithmetic" and row["reward_spec"] == {"method": "rule", "ground_truth": "2"}
+    assert TEXT_PROMPT_COLUMN not in row
+    with pytest.raises(FileNotFoundError, match="missing.parquet"):
+        resolve_args(["data.train_data=[inputs://missing.parquet]"], run_dir=str(cfg.run_dir))

@@ -10,6 +10,11 @@ builds the inputs and reads what came back:
   keys the translation says it changed, the value it says it sent); SkyRL's defaults must differ from
   skyrl-nb's exactly where ``DEFAULT_DIFFERENCES`` says, and every skyrl-nb key SkyRL lacks must be
   classified (not sent, refused unless default, or the bridge's own).
+- a job's own data and reward functions: a DataFrame and reward functions written as in a notebook cell, shipped
+  by ``JobInputs`` into the run folder and translated, go through the bridge's own config path in SkyRL's env
+  (its inputs written as Parquet in SkyRL's layout, ``from_cli_overrides``, ``validate_cfg``); SkyRL's
+  ``PromptDataset`` reads that Parquet and the generated environment (``skyrl_nb_reward``) scores responses there
+  as SkyRL's generator makes and steps it, with the weighted functions' sum, their errors and their series.
 - run store: the bridge's tracker and trajectory writer, driven by SkyRL's own trainer methods over SkyRL
   ``GeneratorOutput`` objects for two steps, must give a run store whose every metric, event, status field
   and trajectory field reads back through ``RunReader``, the dashboard's series and the inspector's data.
@@ -94,6 +99,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
                                       "trainer.max_ckpts_to_keep=3", "trainer.epochs=3"]),
     "data_files": (BASE, ["data.train_data=[/data/a.parquet,/data/b.jsonl]", "data.val_data=[]",
                           "trainer.eval_interval=-1"]),
+    "shipped_environment": (BASE, ["environment.shipped={cell_env: 'inputs://env-cell_env-0123456789abcdef.pkl'}",
+                                   "environment.env_class=cell_env"]),
 }
 REFUSED = {  # translation refusals: name -> (the line's start, whether SkyRL's validate_cfg refuses it too)
     # SkyRL's config accepts fully_async with any loss; its fully async trainer refuses regular & co. at start
@@ -121,8 +128,69 @@ def _translations(root: Path) -> dict[str, Any]:
     return out
 
 
+QUESTIONS = [("2+2?", "4", 1), ("3+4?", "7", 2), ("10-3?", "7", 3)]
+RESPONSES = ["The answer is 4.", "It is 7", "The answer is 7?"]
+
+
+def _cell_rewards() -> list[Any]:
+    """Reward functions as a notebook cell defines them: per sample, TRL's batched shape closing over a local, and
+    one that raises on some samples."""
+    bonus = 0.5  # a local of the cell
+
+    def exact(prompt, completion, ground_truth, **_):
+        return float(completion.rstrip(".?").split()[-1] == str(ground_truth))
+
+    def format_bonus(prompts, completions, question, **_):
+        if prompts != question:  # a text prompt reaches the functions as the text the row gave
+            raise AssertionError(f"prompts {prompts!r} are not the question column {question!r}")
+        return [bonus if c.startswith("The answer is") else 0.0 for c in completions]
+
+    def by_level(prompt, completion, level, **_):
+        if completion.endswith("?"):
+            raise ValueError("a question is no answer")
+        return level / 3
+
+    return [exact, (format_bonus, 0.2), (by_level, 0.5)]
+
+
+def _expected_reward(question: str, answer: str, level: int, response: str) -> tuple[float, dict, str | None]:
+    """The weighted reward of one sample computed here by calling the cell's functions themselves."""
+    scores, errors = {}, []
+    for item in _cell_rewards():
+        fn, weight = item if isinstance(item, tuple) else (item, 1.0)
+        columns = {"question": question, "answer": answer, "level": level, "ground_truth": answer}
+        try:
+            got = (fn([question], [response], **{k: [v] for k, v in columns.items()})[0]
+                   if fn.__name__ == "format_bonus" else fn(question, response, **columns))
+        except ValueError as err:  # skipped: scores 0, the error's line kept with the sample
+            got = 0.0
+            errors.append(f"{fn.__name__}: ValueError: {err}")
+        scores[fn.__name__] = (got, weight)
+    return (sum(v * w for v, w in scores.values()), {k: v for k, (v, _) in scores.items()},
+            "; ".join(errors) or None)
+
+
+def _cell_job(root: Path, model_dir: str) -> tuple[Any, Any]:
+    """A DataFrame (its own column names) and the cell's reward functions through what ``launch`` does: gathered
+    and tried (``JobInputs``), the config with its overrides, the run folder staged, the translation."""
+    import pandas as pd
+
+    from skyrl_core.config import check_config
+    from skyrl_core.skyrl_translate import translate
+    from skyrl_core.user_inputs import JobInputs
+
+    df = pd.DataFrame(QUESTIONS, columns=["question", "answer", "level"])
+    inputs = JobInputs.gather(data=df, val_data=df.iloc[:1], columns={"prompt": "question", "ground_truth": "answer"},
+                              reward=_cell_rewards())
+    cfg = check_config(BASE, ["run.run_id=inputs", f"run.run_root={root}", "run.engine=skyrl",
+                              f"trainer.policy.model.path={model_dir}", *inputs.overrides()])
+    inputs.try_rewards(cfg)
+    inputs.stage(str(cfg.run_dir))
+    return cfg, translate(cfg).check()
+
+
 @pytest.fixture(scope="module")
-def skyrl_side(oracle_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def skyrl_side(oracle_python: str, tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Translations (ours) and what SkyRL's environment made of them, from one driver process (``oracle_python``:
     tests/conftest.py, shared with the parity tests)."""
     from skyrl_core.config import check_config, load_config
@@ -133,19 +201,22 @@ def skyrl_side(oracle_python: str, tmp_path_factory: pytest.TempPathFactory) -> 
     translations = _translations(root)
     store_cfg = check_config(BASE, ["run.run_id=store", f"run.run_root={root}", *STORE_OVERRIDES])
     store = translate(store_cfg).check()
+    cell_cfg, cell = _cell_job(root, tiny_model_dir)
     spec = {"cases": {name: t.args() for name, (_, t) in translations.items()},
             "nb_keys": list(load_config(None).to_dotted()),
-            "store": {"run_dir": store.run_dir, "args": store.args(), "steps": STEPS}}
+            "store": {"run_dir": store.run_dir, "args": store.args(), "steps": STEPS},
+            "inputs": {"argv": cell.command()[3:], "cache": str(work / "cache"), "responses": RESPONSES}}
     (work / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'backend'}", "OMP_NUM_THREADS": "1",
-           "RAY_AUTH_MODE": "disabled"}
+           "RAY_AUTH_MODE": "disabled", "HF_DATASETS_CACHE": str(work / "hf-datasets")}
     done = subprocess.run([oracle_python, str(HERE / "skyrl_bridge_driver.py"), str(work / "spec.json"),
                            str(work / "result.json")], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, f"SkyRL driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     result = json.loads((work / "result.json").read_text())
-    print(f"SkyRL side: config cases {result['config_s']:.1f} s, whole driver {result['total_s']:.1f} s",
-          file=sys.stderr)
-    return {"translations": translations, "result": result, "store_dir": Path(store.run_dir), "store_cfg": store_cfg}
+    print(f"SkyRL side: config cases {result['config_s']:.1f} s, a job's own inputs "
+          f"{result['inputs'].get('total_s', 0):.1f} s, whole driver {result['total_s']:.1f} s", file=sys.stderr)
+    return {"translations": translations, "result": result, "store_dir": Path(store.run_dir), "store_cfg": store_cfg,
+            "cell": (cell_cfg, cell)}
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -168,12 +239,16 @@ def test_every_preset_and_override_translates_into_a_config_skyrl_loads_and_vali
             assert cases[name]["error"] is not None, name
             continue
         assert cases[name]["error"] is None, (name, cases[name]["error"])
-        # SkyRL's own class takes everything but the overlong penalty's keys, which the bridge's subclass adds
+        # SkyRL's own class takes everything but the keys the bridge's subclass adds: the overlong penalty's, the
+        # environment classes from a cell
         if any(k.startswith("trainer.algorithm.overlong_buffer.") for k in t.overrides):
             assert "Invalid fields {'overlong_buffer'}" in cases[name]["base_error"], name
+        elif any(k.startswith("environment.shipped.") for k in t.overrides):
+            assert "Invalid fields {'shipped'}" in cases[name]["base_error"], name
         else:
             assert cases[name]["base_error"] is None, (name, cases[name]["base_error"])
     assert "trainer.algorithm.overlong_buffer.len" in translations["preset:dapo"][1].overrides  # the check above bit
+    assert "environment.shipped.cell_env" in translations["shipped_environment"][1].overrides
 
 
 def test_every_translated_key_reads_back_from_skyrls_config_with_skyrl_nbs_value(skyrl_side: dict) -> None:
@@ -183,13 +258,14 @@ def test_every_translated_key_reads_back_from_skyrls_config_with_skyrl_nbs_value
             continue  # SkyRL refused it too: nothing to read back
         readback = skyrl_side["result"]["cases"][name]["readback"]
         changed = {c.key: c for c in t.changed}
+        flat = cfg.to_dotted()  # a mapping's keys too (environment.shipped.<name>)
         for key, sent in t.overrides.items():
             if key in changed:
                 assert changed[key].sent == sent
                 if not changed[key].only_skyrl:
-                    assert changed[key].ours == cfg.get(key)
+                    assert changed[key].ours == flat[key]
             else:  # passed through: the very value skyrl-nb holds
-                assert sent == cfg.get(key), (name, key)
+                assert sent == flat[key], (name, key)
             assert readback[key] == sent, f"{name}: {key} reads back {readback[key]!r} from SkyRL, sent {sent!r}"
             checked += 1
     assert checked > 25 * 120  # every key of every case that SkyRL accepted
@@ -204,7 +280,8 @@ def test_the_changes_are_the_stated_ones(skyrl_side: dict) -> None:
     assert "trainer.logger" not in changed and t.overrides["trainer.logger"] == "console"  # the same key and names
     assert {"trainer.num_threads", "trainer.share_prompt_prefix", "run.run_root", "run.run_id", "run.store_token_data",
             "run.engine"} <= set(t.not_sent)
-    assert all(k.startswith("run.") or k in ("trainer.num_threads", "trainer.share_prompt_prefix") for k in t.not_sent)
+    assert all(k.startswith(("run.", "reward.")) or k in ("trainer.num_threads", "trainer.share_prompt_prefix",
+                                                            "data.columns", "environment.shipped") for k in t.not_sent)
     gae_cfg, gae = skyrl_side["translations"]["estimator:gae"]
     assert {c.key: c.sent for c in gae.changed}["trainer.critic.model.path"] == gae_cfg.trainer.policy.model.path
 
@@ -250,6 +327,58 @@ def test_every_key_skyrl_lacks_is_classified(skyrl_side: dict) -> None:
     classified |= {k for k in lacking if k.startswith(st.SKYRL_NB_SECTIONS)}
     assert lacking <= classified, f"skyrl-nb keys SkyRL lacks with no rule in skyrl_translate: {lacking - classified}"
     assert "trainer.async_one_step" in lacking and "trainer.num_threads" in lacking
+
+
+# ------------------------------------------------------------------------------------------ a job's own inputs
+
+
+def test_a_dataframe_and_cell_rewards_translate_and_pass_skyrls_validate_cfg(skyrl_side: dict) -> None:
+    from skyrl_core.skyrl_translate import REWARD_ENV, REWARD_ENV_KEY
+
+    cfg, t = skyrl_side["cell"]
+    got = skyrl_side["result"]["inputs"]
+    assert got["error"] is None, got["error"]  # resolved, loaded by from_cli_overrides, validate_cfg passed
+    changed = {c.key: c for c in t.changed}
+    assert changed["environment.env_class"].sent == REWARD_ENV == got["env_class"] and got["registered"]
+    sent = {k[len(REWARD_ENV_KEY) + 1:]: v for k, v in t.overrides.items() if k.startswith(REWARD_ENV_KEY)}
+    assert got["env_config"] == sent == {
+        "functions": [{"name": f.name, "file": f.file, "weight": f.weight} for f in cfg.reward.functions],
+        "timeout_s": cfg.reward.timeout_s, "errors": "skip", "max_workers": cfg.reward.max_workers,
+        "run_dir": str(cfg.run_dir)}
+    assert [f["weight"] for f in sent["functions"]] == [1.0, 0.2, 0.5]
+    assert all(f["file"].startswith("inputs://reward-") for f in sent["functions"])
+    assert {"data.columns.prompt", "data.columns.ground_truth", "reward.functions"} <= set(t.not_sent)
+    assert not any(k.startswith(("data.columns", "reward.")) for k in t.overrides)
+    assert json.loads(t.command()[t.command().index("--columns") + 1]) == {"prompt": "question",
+                                                                            "ground_truth": "answer"}
+    # the shipped inputs:// files became local Parquet files SkyRL read with its own PromptDataset, every row
+    resolved = got["resolved"]
+    assert [Path(p).name.split("-")[0] for p in resolved["data.train_data"] + resolved["data.val_data"]] == [
+        "train", "val"]
+    assert cfg.data.train_data[0].startswith("inputs://train-") and got["rows"] == len(QUESTIONS)
+
+
+def test_the_generated_environment_scores_responses_in_skyrls_process(skyrl_side: dict) -> None:
+    got = skyrl_side["result"]["inputs"]
+    samples = got["samples"]
+    assert len(samples) == len(QUESTIONS) * len(RESPONSES)
+    errors = 0
+    for sample in samples:
+        question, answer, level = QUESTIONS[sample["row"]]
+        assert sample["messages"] == [{"role": "user", "content": question}]
+        reward, scores, error = _expected_reward(question, answer, level, sample["response"])
+        assert sample["reward"] == pytest.approx(reward) and sample["done"] is True, sample
+        assert sample["metadata"]["scores"] == pytest.approx(scores)
+        assert sample["metadata"]["reward_error"] == error, sample
+        errors += error is not None
+    assert errors == len(QUESTIONS)  # by_level raised on every "?" answer, and only there
+    assert any(s["reward"] > 1 for s in samples) and any(s["reward"] < 0.5 for s in samples)
+    # SkyRL's rollout metrics name the functions' series after the environment; the tracker adds skyrl-nb's names
+    metrics, aliases = got["metrics"], got["aliases"]
+    for name in ("exact", "format_bonus", "by_level"):
+        mean = statistics.mean(s["metadata"]["scores"][name] for s in samples)
+        assert metrics[f"environment/reward/{name}"] == pytest.approx(mean) == aliases[f"reward/{name}"]
+    assert metrics["environment/reward/errors"] == errors == aliases["reward/errors"]
 
 
 # ------------------------------------------------------------------------------------------ run store
