@@ -63,7 +63,7 @@ class RewardEnvConfig(BaseConfig):
     functions: list = field(default_factory=list)
     timeout_s: float = 30.0
     errors: str = "skip"
-    max_workers: int = 16
+    max_workers: int = 128
 
 
 @dataclass
