@@ -19,6 +19,7 @@ folder and its record; it is longer than most modules because every kind of inpu
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
@@ -26,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_core.catalog import HF_PREFIX, INPUTS_PREFIX
+from skyrl_core.catalog import BUILTIN_PREFIX, HF_PREFIX, INPUTS_PREFIX
 from skyrl_core.datarows import (
     CHECKED_ROWS,
     RowShapeError,
@@ -47,7 +48,7 @@ from skyrl_core.reward_functions import (
 )
 
 __all__ = ["HF_PREFIX", "INPUTS_FOLDER", "INPUTS_PREFIX", "MANIFEST", "MAX_SHIPPED_BYTES", "JobInputs", "ShippedData",
-           "copy_inputs", "read_data", "remove_inputs", "resolve_input", "reward_prompt"]
+           "copy_inputs", "read_data", "read_input", "remove_inputs", "resolve_input", "reward_prompt"]
 
 INPUTS_FOLDER = "inputs"
 MANIFEST = f"{INPUTS_FOLDER}/manifest.json"
@@ -68,6 +69,13 @@ def resolve_input(location: str, run_dir: str) -> str:
     return f"{str(run_dir).rstrip('/')}/{INPUTS_FOLDER}/{location[len(INPUTS_PREFIX):]}"
 
 
+def read_input(location: str, run_dir: str) -> bytes:
+    """The bytes of a file launch shipped (``inputs://<name>``) from ``run_dir``: a folder or an object store."""
+    from skyrl_core.store import open_store
+
+    return open_store(run_dir).read(f"{INPUTS_FOLDER}/{location[len(INPUTS_PREFIX):]}")
+
+
 @dataclass
 class ShippedData:
     """Rows the notebook read that travel with the job as one Parquet file in the run's folder."""
@@ -79,7 +87,7 @@ class ShippedData:
     parquet: bytes = field(repr=False)
     first: dict[str, Any] = field(repr=False, default_factory=dict)
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
         return digest(self.parquet)
 
@@ -120,7 +128,7 @@ def read_data(data: Any, *, role: str, columns: Mapping[str, str] | None = None,
 
 def _from_text(text: str, key: str, role: str, columns: Mapping[str, str] | None,
                ship_file: Callable[[str], bool]) -> str | ShippedData:
-    if text.startswith(("builtin://", INPUTS_PREFIX)):
+    if text.startswith((BUILTIN_PREFIX, INPUTS_PREFIX)):
         return text
     if text.startswith(HF_PREFIX):
         return _ship(_hub_rows(text[len(HF_PREFIX):], key, role), text, key, role, columns)
@@ -147,7 +155,7 @@ def _from_text(text: str, key: str, role: str, columns: Mapping[str, str] | None
 
 def _kind(data: Any) -> str:
     module = type(data).__module__.split(".")[0]
-    return f"a {module}.{type(data).__name__}" if module not in ("builtins",) else f"a {type(data).__name__}"
+    return f"a {type(data).__name__}" if module == "builtins" else f"a {module}.{type(data).__name__}"
 
 
 def _table_rows(data: Any, key: str, role: str) -> list[dict[str, Any]]:
@@ -326,11 +334,7 @@ class JobInputs:
                                                              ship_file=ship_file, key=f"data.{key}")
                                                    if _travels(item, ship_file) else [item])]
             if any(isinstance(d, ShippedData) for d in found):
-                mine = self.train if role == "train" else self.val
-                if role == "train" or self.val is not None:
-                    mine[:] = found
-                else:
-                    self.val = found
+                setattr(self, role, found)  # data= was not given for this role (its items would be inputs://)
                 changed[f"data.{key}"] = [_location(d) for d in found]
         return check_config(cfg, changed) if changed else cfg
 
@@ -375,7 +379,7 @@ class JobInputs:
             canonical = shipped.first
         else:
             location = str(cfg.data.train_data[0])
-            if location.startswith("builtin://"):
+            if location.startswith(BUILTIN_PREFIX):
                 canonical = {"prompt": [{"role": "user", "content": "1+1"}], "reward_spec": {"ground_truth": "2"}}
             else:
                 try:
@@ -458,7 +462,7 @@ def _travels(item: str, ship_file: Callable[[str], bool]) -> bool:
     if "://" in item:
         return False
     path = os.path.expanduser(item)
-    return (os.path.isdir(path) and os.path.exists(path)) or ship_file(item)
+    return os.path.isdir(path) or ship_file(item)
 
 
 def copy_inputs(from_run_dir: str, to_run_dir: str) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyrl_core.reward_functions import RewardFunction, RewardFunctionError, error_line, unpack
-from skyrl_core.user_inputs import resolve_input
+from skyrl_core.user_inputs import read_input
 
 ERROR_COLUMN = "reward_error"
 
@@ -181,11 +181,7 @@ def load_function(location: str, run_dir: str, *, name: str, weight: float) -> R
         fn = getattr(importlib.import_module(module), attr)
         function = RewardFunction.of(fn, weight)
     else:
-        from skyrl_core.store import open_store
-
-        path = resolve_input(location, run_dir)
-        folder, _, file = path.rpartition("/")
-        function = unpack(open_store(folder).read(file), name=name, weight=weight)
+        function = unpack(read_input(location, run_dir), name=name, weight=weight)
     function.name = name
     return function
 
@@ -198,11 +194,7 @@ def register_shipped_environments(shipped: dict[str, str], run_dir: str) -> list
     import cloudpickle
     from skyrl_gym.envs import registration
 
-    from skyrl_core.store import open_store
-
     for name, location in shipped.items():
-        if name in registration.registry:
-            continue
-        folder, _, file = resolve_input(location, run_dir).rpartition("/")
-        registration.register(id=name, entry_point=cloudpickle.loads(open_store(folder).read(file)))
+        if name not in registration.registry:
+            registration.register(id=name, entry_point=cloudpickle.loads(read_input(location, run_dir)))
     return list(shipped)

@@ -33,7 +33,6 @@ One idea, SkyRL's trainer behind the run store: its tracker, its inputs and its 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import signal
@@ -46,6 +45,7 @@ from skyrl_core.choices import RunState
 from skyrl_core.datarows import SUFFIXES, canonical_row, prompt_parts
 from skyrl_core.lifecycle import HEARTBEAT_S, RunLifecycle
 from skyrl_core.registry import shown
+from skyrl_core.reward_functions import digest
 from skyrl_core.runs import RunWriter
 from skyrl_core.skyrl_translate import REWARD_ENV, TEXT_PROMPT_COLUMN
 from skyrl_core.user_inputs import INPUTS_PREFIX, resolve_input, reward_prompt
@@ -330,8 +330,8 @@ def _skyrl_file(path: str, run_dir: str | None, columns: Mapping[str, str] | Non
     folder = os.path.join(cache_root(), "skyrl-data")
     partial = write_rows(os.path.join(folder, f"{os.getpid()}.tmp.parquet"), rows)
     with open(partial, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    target = os.path.join(folder, f"{os.path.basename(path).rsplit('.', 1)[0][:40]}-{digest}.parquet")
+        address = digest(f.read())
+    target = os.path.join(folder, f"{os.path.basename(path).rsplit('.', 1)[0][:40]}-{address}.parquet")
     os.replace(partial, target)
     return target
 
