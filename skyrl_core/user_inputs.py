@@ -147,7 +147,7 @@ def _from_text(text: str, key: str, role: str, columns: Mapping[str, str] | None
         except RowShapeError as err:
             raise ConfigError([f"{key}: {err}"]) from None
         return _ship(rows, text, key, role, columns, label=shown(text))
-    if os.path.exists(path) or "/" in text.strip("/").split("/", 2)[-1] or text.startswith(("/", ".", "~")):
+    if os.path.exists(path) or text.count("/") > 1 or text.startswith(("/", ".", "~")):  # a path, not a hub name
         raise ConfigError([f"{key}: {shown(text)} has no suffix of {', '.join(_FILE_SUFFIXES)}; give a data file, "
                            "a dataset folder, hf://<name> or s3://<bucket>/<key>"])
     return _ship(_hub_rows(text, key, role), f"hf://{text}", key, role, columns)  # a hub dataset's name
@@ -373,13 +373,15 @@ class JobInputs:
 
     def first_row(self, cfg: Any) -> tuple[Any, dict[str, Any]]:
         """``(prompt, columns)`` a reward function receives for the first train row the job reads: a shipped
-        one's, a file's or URL's first row read here, or, for a built-in dataset, a row of the same shape."""
+        one's, a file's or URL's first row read here, or, for a built-in dataset or a file on the cluster's own disk
+        (which this notebook cannot read), a made-up row with a prompt and a ground truth."""
         shipped = next((d for d in self.train if isinstance(d, ShippedData)), None)
         if shipped is not None:
             canonical = shipped.first
         else:
             location = str(cfg.data.train_data[0])
-            if location.startswith(BUILTIN_PREFIX):
+            only_there = "://" not in location and not os.path.exists(os.path.expanduser(location))
+            if location.startswith(BUILTIN_PREFIX) or only_there:  # a file only the cluster sees: a row like it
                 canonical = {"prompt": [{"role": "user", "content": "1+1"}], "reward_spec": {"ground_truth": "2"}}
             else:
                 try:

@@ -148,12 +148,13 @@ def test_data_that_cannot_be_used_is_one_line_naming_it(tmp_path: Path, s3: Any)
     assert cfg.problems() == [f"data.train_data: 's3://{s3.bucket}/nothing.parquet': no such object"]
 
 
-def _reward_refusal(reward: Any, tmp_path: Path) -> str:
+def _reward_refusal(reward: Any, tmp_path: Path, as_data: bool = False) -> str:
     from skyrl_core.config import ConfigError, load_config
     from skyrl_core.user_inputs import JobInputs
 
     with pytest.raises(ConfigError) as err:
-        inputs = JobInputs.gather(data=QA, columns=MAPPED, reward=reward)
+        inputs = JobInputs.gather(data=reward, columns=MAPPED) if as_data else \
+            JobInputs.gather(data=QA, columns=MAPPED, reward=reward)
         inputs.try_rewards(load_config("quickstart", [*inputs.overrides(), f"run.run_root={tmp_path}"]))
     (line,) = err.value.problems
     return line
@@ -208,7 +209,25 @@ def test_reward_functions_that_cannot_be_used_are_refused_in_one_line(tmp_path: 
             "answer, ground_truth, question")
         assert _reward_refusal(lambda prompt, completion: 1.0, tmp_path) == (
             "reward: a lambda has no name to show its series under; define it with def")
+        assert _reward_refusal("user/data/train", tmp_path, as_data=True) == (
+            "data: 'user/data/train' has no suffix of .parquet, .jsonl, .json; give a data file, a dataset folder, "
+            "hf://<name> or s3://<bucket>/<key>")
         assert _reward_refusal([returns_text, returns_text], tmp_path) == (
             "reward: two functions are named 'returns_text'; each series reward/<name> needs its own name")
     finally:
         sock.close()
+
+
+def test_rewards_are_tried_on_a_made_up_row_when_the_data_is_on_the_clusters_own_disk(tmp_path: Path) -> None:
+    """A data file the notebook cannot read (on the cluster's FSx) does not stop a launch with cell rewards: the
+    functions are tried on a made-up row with a prompt and a ground truth; the cluster's probe checks the file."""
+    from skyrl_core.config import load_config
+    from skyrl_core.user_inputs import JobInputs
+
+    def correct(prompt, completion, ground_truth, **_):
+        return float(completion.endswith(f"{ground_truth}."))
+
+    inputs = JobInputs.gather(data="/fsx/only-on-the-cluster/train.parquet", reward=correct)
+    assert inputs.train == ["/fsx/only-on-the-cluster/train.parquet"]
+    cfg = load_config("quickstart", [*inputs.overrides(), f"run.run_root={tmp_path}"])
+    assert inputs.try_rewards(cfg) == [1.0]
