@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from skyrl_core.metric_names import EVAL_SCORE_KEY, REWARD_KEY, REWARD_STD_KEY, pass_at_n
+from skyrl_core.reward_functions import RESERVED_NAMES
 
 
 class RunSeries:
@@ -125,8 +126,6 @@ def function_series(key: str) -> str | None:
     >>> function_series("reward/exact"), function_series("reward/avg_pass_at_4"), function_series("reward/errors")
     ('exact', None, None)
     """
-    from skyrl_core.reward_functions import RESERVED_NAMES
-
     name = key[len("reward/"):] if key.startswith("reward/") else ""
     if not name or "/" in name or name in RESERVED_NAMES or pass_at_n(key) is not None:
         return None
