@@ -16,8 +16,11 @@ TINY_MODEL_SHAPE: dict[str, object] = {
 }
 """The tiny model's shape: what the engine builds (``skyrl_engine.models.TinyModelSpec``) and what the memory estimate
 counts (``skyrl_core.memory``); its vocabulary is the character tokenizer's 102 tokens."""
-BUILTIN_DATASETS = tuple(f"{BUILTIN_PREFIX}{name}/{split}" for name in ("arithmetic", "text2sql", "word_problems")
-                         for split in ("train", "test"))
+BUILTIN_DATASETS = (*(f"{BUILTIN_PREFIX}{name}/{split}" for name in ("arithmetic", "text2sql", "word_problems")
+                        for split in ("train", "test")),
+                    f"{BUILTIN_PREFIX}word_problems/heldout")
+"""``word_problems/heldout``: 200 problems none of whose questions is in ``train``, for evaluating a trained model on
+more prompts than the 64 of ``test`` (``skyrl_engine.tasks.word_problem_rows``)."""
 INPUTS_PREFIX = "inputs://"
 """A file the notebook shipped into the run's own folder: ``inputs://<name>`` is ``<run_dir>/inputs/<name>``
 (``skyrl_core.user_inputs``)."""

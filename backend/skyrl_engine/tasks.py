@@ -102,8 +102,8 @@ def _make_arithmetic_env_class():
 # --------------------------------------------------------------------------------------------
 # the built-in word problems (the smollm2 preset): GSM8K-style, scored by skyrl-gym's gsm8k extraction
 
-WORD_PROBLEM_SPLITS = {"train": 2048, "test": 64}
-WORD_PROBLEM_SEED = {"train": 2024, "test": 4202}
+WORD_PROBLEM_SPLITS = {"train": 2048, "test": 64, "heldout": 200}
+WORD_PROBLEM_SEED = {"train": 2024, "test": 4202, "heldout": 7707}
 WORD_PROBLEM_THREE_DIGITS = 0.3
 _NAMES = ("Sam", "Mia", "Leo", "Ava", "Noah", "Emma", "Omar", "Lena", "Ravi", "Yuki")
 _ITEMS = ("apples", "books", "coins", "stamps", "marbles", "stickers", "shells", "cards")
@@ -132,15 +132,18 @@ def word_problem_rows(split: str) -> list[dict[str, Any]]:
     two-digit one, from one of
     ``_WORD_TEMPLATES`` (answers are never negative), asked after one worked example. Scored by the
     ``gsm8k_flexible`` environment: the last number in the response against ``reward_spec.ground_truth``.
-    Generated deterministically (a fixed seed per split), so every process sees the same rows.
+    Generated deterministically (a fixed seed per split), so every process sees the same rows. ``heldout``
+    (200 rows, for evaluating a trained model: ``skyrl_nb.evaluate``) skips every question ``train`` asks.
     """
     import numpy as np
 
     if split not in WORD_PROBLEM_SPLITS:
-        raise ValueError(f"builtin://word_problems/{split}: unknown split; allowed: train, test")
+        raise ValueError(f"builtin://word_problems/{split}: unknown split; allowed: {', '.join(WORD_PROBLEM_SPLITS)}")
     rng = np.random.default_rng(WORD_PROBLEM_SEED[split])
-    rows = []
-    for i in range(WORD_PROBLEM_SPLITS[split]):
+    seen = {r["extra_info"]["question"] for r in word_problem_rows("train")} if split == "heldout" else set()
+    rows: list[dict[str, Any]] = []
+    while len(rows) < WORD_PROBLEM_SPLITS[split]:
+        i = len(rows)
         template, op = _WORD_TEMPLATES[int(rng.integers(len(_WORD_TEMPLATES)))]
         # two digits mostly, three digits for one in WORD_PROBLEM_THREE_DIGITS: SmolLM2-135M solves few of
         # those, and a task it never solves gives GRPO no group to learn from (docs/models.md)
@@ -151,6 +154,8 @@ def word_problem_rows(split: str) -> list[dict[str, Any]]:
         answer = a + b if op == "+" else a - b
         question = template.format(n=_NAMES[int(rng.integers(len(_NAMES)))], a=a, b=b,
                                    items=_ITEMS[int(rng.integers(len(_ITEMS)))])
+        if question in seen:
+            continue
         rows.append({
             "data_source": "word_problems",
             "prompt": [*WORD_PROBLEM_EXAMPLE, {"role": "user", "content": question}],
