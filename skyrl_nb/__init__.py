@@ -45,10 +45,12 @@ _LAZY = {
     "Dashboard": "skyrl_nb.dashboard",
     "configure": "skyrl_nb.form",
     "compare": "skyrl_nb.compare",
+    "playground": "skyrl_nb.playground",
 }
 
 #: the public submodules, each imported on first use (`__getattr__` finds any other one too)
-_SUBMODULES = ("cluster", "compare", "config", "dashboard", "demo", "form", "jobs", "magics", "runs", "studio")
+_SUBMODULES = ("cluster", "compare", "config", "dashboard", "demo", "form", "jobs", "magics", "playground", "runs",
+               "studio")
 
 __all__ = [
     "ConfigError", "Cluster", "Dashboard", "Job", "JobConfig", "RunReader", "__version__", "cluster", "configure",
@@ -66,7 +68,7 @@ class _CallableModule(types.ModuleType):
 class _Package(types.ModuleType):
     # Importing `skyrl_nb.compare` anywhere sets the package attribute to the module: keep it callable.
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "compare" and type(value) is types.ModuleType:
+        if name in ("compare", "playground") and type(value) is types.ModuleType:
             value.__class__ = _CallableModule
         super().__setattr__(name, value)
 

@@ -1,0 +1,238 @@
+"""The playground's controller (skyrl_nb.playground) and its view's traits, with a `generate` made here.
+
+No cluster: these check what the controller does with answers, clicks, errors and an evaluation's worst prompts
+(~1 s here). The real evaluation job behind the default `generate` is test_playground_on_the_local_cluster's; the
+view in a real browser is tests/browser/test_playground_browser.py's.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from skyrl_nb.playground import Answers, Playground, eval_answers, playground, worst_prompts
+
+
+def fake_generate(calls: list[tuple[Any, Any]] | None = None, gate: threading.Event | None = None):
+    """Base answers "4", trained answers the sum; reward 1.0 when the answer equals the ground truth."""
+
+    def generate(prompt: Any, ground_truth: str | None) -> list[dict[str, Any]]:
+        if calls is not None:
+            calls.append((prompt, ground_truth))
+        if gate is not None:
+            assert gate.wait(10), "the test never let the generation finish"
+        text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+        right = str(sum(int(x) for x in text.split("+")))
+        out = []
+        for model, answer in (("base", "4"), ("trained", right)):
+            reward = None if ground_truth is None else float(answer == ground_truth)
+            out.append({"model": model, "response": answer, "reward": reward,
+                        "reward_error": None if ground_truth is not None else "no ground truth"})
+        return out
+
+    return generate
+
+
+def test_run_gives_both_answers_with_rewards_and_the_view_shows_them() -> None:
+    pg = playground({"base": "builtin://tiny-qwen2", "trained": "runs/x"}, generate=fake_generate())
+    view = pg.widget()
+    assert view.models == ["base", "trained"] and view.answers == [] and not view.running
+
+    got = pg.run("17+25", ground_truth=42)
+    assert isinstance(got, Answers) and len(got) == 2
+    assert got["base"] == {"model": "base", "response": "4", "reward": 0.0, "reward_error": None}
+    assert got["trained"]["reward"] == 1.0 and got[1]["response"] == "42"
+    assert view.answers == got.answers and not view.running and not view.error
+    assert view.prompt == "17+25" and view.ground_truth == "42"
+    assert view.status.startswith("2 answers in ") and "rewards: base 0 · trained 1" in view.status
+    assert list(got.frame().columns) == ["model", "response", "reward", "reward_error"]
+    # no ground truth: the reward function's error is shown with the answer, the reward as missing
+    got = pg.run("2+2")
+    assert got["trained"]["reward"] is None and got["trained"]["reward_error"] == "no ground truth"
+    assert "base - · trained -" in view.status
+
+
+def test_run_button_generates_in_a_thread_once_at_a_time() -> None:
+    gate, calls = threading.Event(), []
+    pg = playground({"base": "a", "trained": "b"}, generate=fake_generate(calls, gate))
+    view = pg.widget()
+    view._handle_message(view, {"action": "run", "prompt": "1+2", "ground_truth": "3", "example": -1}, None)
+    assert pg.running and view.running and view.answers == [] and "on the cluster" in view.status
+    # a second press while it runs does nothing; a run from a cell says why it cannot start
+    view._handle_message(view, {"action": "run", "prompt": "5+5", "ground_truth": "10"}, None)
+    with pytest.raises(RuntimeError, match="a prompt is still running"):
+        pg.run("5+5")
+    gate.set()
+    got = pg.wait(10)
+    assert got is not None and got["trained"]["response"] == "3" and calls == [("1+2", "3")]
+    assert not view.running and [a["reward"] for a in view.answers] == [0.0, 1.0]
+    # an empty prompt from the view: one line on the status line, nothing started
+    view._handle_message(view, {"action": "run", "prompt": "  ", "ground_truth": ""}, None)
+    assert view.error and view.status == "prompt: empty; type a question for the models" and not pg.running
+    assert len(calls) == 1
+
+
+def test_a_failed_generation_is_one_line_and_the_button_works_again() -> None:
+    def broken(prompt: Any, ground_truth: Any) -> list[dict[str, Any]]:
+        raise ValueError("data: row 1 has no ground_truth;\n  the reward 'exact' needs one")
+
+    pg = playground({"base": "a", "trained": "b"}, generate=broken)
+    view = pg.widget()
+    with pytest.raises(ValueError, match="no ground_truth"):
+        pg.run("1+1")
+    assert view.error and not view.running and "\n" not in view.status
+    assert view.status.startswith("failed after ") and view.status.endswith(
+        "s: data: row 1 has no ground_truth; the reward 'exact' needs one")
+    assert "failed: data: row 1" in repr(pg)
+    # a generate that answers in the wrong shape names itself
+    pg.generate = lambda p, t: [{"answer": "x"}]
+    with pytest.raises(TypeError, match="generate's answer 0"):
+        pg.run("1+1")
+    assert view.status.startswith("failed after ") and "TypeError: generate's answer 0" in view.status
+    pg.generate = fake_generate()
+    assert pg.run("1+1", "2")["trained"]["reward"] == 1.0 and not view.error
+
+
+@pytest.mark.parametrize(("given", "error"), [
+    (None, "job_or_models: None is not a job"),
+    ([], "job_or_models: [] is not a job"),
+    ("builtin://tiny-qwen2", "job_or_models: 'builtin://tiny-qwen2' is not a job"),
+    ({"": "x"}, "job_or_models: {'': 'x'} is not a job"),
+])
+def test_bad_models_are_one_line(given: Any, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        playground(given)
+
+
+def test_bad_prompts_and_ground_truths_are_one_line() -> None:
+    pg = playground(["a", "b"], generate=fake_generate())
+    assert pg.models == []  # a list's models are named by the evaluation: the first answers name the panes
+    for prompt, error in (("", "prompt: empty"), (3, "prompt: 3; expected text"),
+                          ([{"role": "user"}], "prompt: .* expected text or a non-empty list")):
+        with pytest.raises(ValueError, match=error):
+            pg.run(prompt)
+    with pytest.raises(ValueError, match=r"ground_truth: \['4'\]; expected text, a number or None"):
+        pg.run("2+2", ["4"])
+    with pytest.raises(TypeError, match="generate: expected a callable"):
+        playground(["a", "b"], generate="not a function")
+    pg.run("2+2", "4")
+    assert pg.models == ["base", "trained"]
+
+
+def test_reprs_show_the_answers_as_a_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKYRL_NB_STATIC", "1")  # as papermill and nbconvert get it
+    pg = playground({"base": "a", "trained": "b"}, generate=fake_generate())
+    assert "no prompt run yet" in repr(pg) and "no prompt run yet" in pg._repr_html_()
+    pg.run("3+4", "7")
+    bundle = pg._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"}  # no widget where none would draw
+    html = bundle["text/html"]
+    assert "<th>answer</th>" in html and "<td>0</td>" in html and "<td>1</td>" in html and "3+4" in html
+    assert bundle["text/plain"] == "Playground(base and trained; last: base 0 · trained 1)"
+    assert "base: reward 0\n    4\n  trained: reward 1\n    7" in repr(pg.last)
+    monkeypatch.setenv("SKYRL_NB_STATIC", "0")
+    assert "application/vnd.jupyter.widget-view+json" in pg._repr_mimebundle_()
+
+
+class FakeEvalResult:
+    """What the playground reads of an EvalResult: its models (models.json) and each model's samples."""
+
+    def __init__(self, samples: dict[str, list[dict[str, Any]]], sources: dict[str, str] | None = None):
+        self._samples = {k: pd.DataFrame(v) for k, v in samples.items()}
+        self._sources = sources or {}
+        self.eval_id = "fake-eval"
+
+    def models(self) -> list[dict[str, Any]]:
+        return [{"name": n, "source": self._sources.get(n, n), "kind": "model", "step": None} for n in self._samples]
+
+    def samples(self, model: str) -> pd.DataFrame:
+        return self._samples[model]
+
+
+def _chat(question: str) -> str:
+    return f"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _eval(base_rewards: list[list[float]], trained_rewards: list[list[float]]) -> FakeEvalResult:
+    def rows(rewards: list[list[float]]) -> list[dict[str, Any]]:
+        return [{"prompt_index": p, "sample_index": s, "prompt": _chat(f"{p}+{p}"), "response": f"r{p}.{s}",
+                 "reward": r, "ground_truth": str(2 * p), "reward_error": None, "response_length": 3}
+                for p, samples in enumerate(rewards) for s, r in enumerate(samples)]
+
+    return FakeEvalResult({"base": rows(base_rewards), "trained": rows(trained_rewards)})
+
+
+def test_worst_prompts_lost_first_then_lowest_reward_and_a_picked_one_runs_as_asked() -> None:
+    # prompt 0 lost (base solves it, trained not), 1 low for both, 2 solved, 3 lost, 4 trained 0.5
+    res = _eval([[1, 1], [0, 0], [1, 1], [1, 1], [0, 0]], [[0, 0], [0, 0], [1, 1], [0, 1], [1, 0]])
+    worst = worst_prompts(res, limit=4)
+    assert [w["prompt_index"] for w in worst] == [0, 3, 1, 4]
+    assert worst[0]["label"] == "#0 lost (base 1) · 0+0" and worst[1]["label"].startswith("#3 lost (base 1)")
+    assert worst[2]["label"] == "#1 trained 0 (base 0) · 1+1" and worst[3]["label"].startswith("#4 trained 0.5")
+    assert worst[1]["prompt"] == "3+3" and worst[1]["ground_truth"] == "6"
+    assert worst[1]["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "3+3"}]
+
+    calls: list[tuple[Any, Any]] = []
+    pg = playground({"base": "a", "trained": "b"}, eval_result=res, generate=fake_generate(calls))
+    view = pg.widget()
+    assert [e["label"] for e in view.examples][:2] == [worst[0]["label"], worst[1]["label"]]
+    assert "messages" not in view.examples[0]  # the chat turns stay in the kernel
+    # picked and run as it is: the evaluation's chat turns (its system prompt too); edited: the text typed
+    view._handle_message(view, {"action": "run", "prompt": "3+3", "ground_truth": "6", "example": 1}, None)
+    pg.wait(10)
+    view._handle_message(view, {"action": "run", "prompt": "3+4", "ground_truth": "7", "example": 1}, None)
+    pg.wait(10)
+    assert calls == [(worst[1]["messages"], "6"), ("3+4", "7")]
+    assert pg.last["trained"]["reward"] == 1.0
+
+
+def test_default_generate_is_one_evaluation_job_of_one_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until the local-cluster test runs it for real: what the default `generate` asks `skyrl_nb.evaluate` for,
+    and how it reads the EvalResult back."""
+    import skyrl_nb
+
+    asked: list[tuple[Any, dict[str, Any]]] = []
+
+    def evaluate(models: Any, **kwargs: Any) -> FakeEvalResult:
+        asked.append((models, kwargs))
+        row = kwargs["data"][0]
+        samples = {name: [{"prompt_index": 0, "sample_index": 0, "prompt": str(row["prompt"]), "response": answer,
+                           "reward": float(answer == row.get("ground_truth")), "reward_error": None}]
+                   for name, answer in (("base", "4"), ("trained", "42"))}
+        return FakeEvalResult(samples)
+
+    monkeypatch.setattr(skyrl_nb, "evaluate", evaluate, raising=False)
+    cluster, reward = object(), object()
+    models = {"base": "builtin://tiny-qwen2", "trained": "runs/q"}
+    pg = playground(models, cluster=cluster, reward=reward)
+    got = pg.run("17+25", "42")
+    assert asked == [(models, {"data": [{"prompt": "17+25", "ground_truth": "42"}], "n": 1, "pass_at": (1,),
+                               "name": "playground", "cluster": cluster, "reward": reward})]
+    assert [(a["model"], a["response"], a["reward"]) for a in got] == [("base", "4", 0.0), ("trained", "42", 1.0)]
+    # no ground truth: the row has none (the evaluation says whether its reward needs one)
+    pg.run("1+1")
+    assert asked[-1][1]["data"] == [{"prompt": "1+1"}] and "sampling" not in asked[-1][1]
+
+    # a job (anything with `evaluate`) evaluates its own base and trained model, with its own defaults
+    class JobLike:
+        def evaluate(self, **kwargs: Any) -> FakeEvalResult:
+            return evaluate(None, **kwargs)
+
+    pg = playground(JobLike(), sampling={"temperature": 0.0})
+    assert pg.models == ["base", "trained"]
+    pg.run("2+3", "5")
+    assert asked[-1] == (None, {"data": [{"prompt": "2+3", "ground_truth": "5"}], "n": 1, "pass_at": (1,),
+                                "name": "playground", "sampling": {"temperature": 0.0}})
+    # an evaluation's own models, given alone
+    res = FakeEvalResult({"base": [], "trained": []}, sources={"base": "builtin://tiny-qwen2", "trained": "runs/q"})
+    assert playground(eval_result=FakeEvalResult(
+        {"base": [{"prompt_index": 0, "sample_index": 0, "prompt": "1+1", "reward": 0.0, "response": "x"}],
+         "trained": [{"prompt_index": 0, "sample_index": 0, "prompt": "1+1", "reward": 0.0, "response": "y"}]},
+        sources=res._sources)).models == ["base", "trained"]
+    with pytest.raises(RuntimeError, match="no sample of model 'base'"):
+        eval_answers(res)
+    assert isinstance(pg, Playground)
