@@ -364,6 +364,14 @@ class Job:
 
         return open_inspector(self.run)
 
+    def playground(self, **kwargs: Any) -> Any:
+        """Try one prompt on this run's starting model and its latest checkpoint side by side, each answer with its
+        reward, generated on the cluster (`skyrl_nb.playground.playground`; ``cluster``, ``reward``, ``eval_result``,
+        ``sampling`` as there)."""
+        from skyrl_nb.playground import playground
+
+        return playground(self, **kwargs)
+
     # -- display ----------------------------------------------------------------------------------
 
     def _summary(self) -> dict[str, Any]:
