@@ -167,9 +167,10 @@ class Playground:
         for answer in answers:
             if answer["model"] not in self.models:
                 self.models.append(answer["model"])
-        rewards = " · ".join(f"{a['model']} {_fmt(a['reward'])}" for a in answers)
-        self._show(running=False, error=False, answers=answers, models=list(self.models),
-                   status=f"{len(answers)} answers in {self.last.seconds:.1f} s (rewards: {rewards})")
+        status = f"{len(answers)} answers in {self.last.seconds:.1f} s"
+        if any(a["reward"] is not None for a in answers):
+            status += " (rewards: " + " · ".join(f"{a['model']} {_fmt(a['reward'])}" for a in answers) + ")"
+        self._show(running=False, error=False, answers=answers, models=list(self.models), status=status)
         return self.last
 
     # -- the view ---------------------------------------------------------------------------------

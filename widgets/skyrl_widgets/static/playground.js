@@ -17,13 +17,14 @@ function rewardColour(r) {
   return `color-mix(in srgb, color-mix(in srgb, var(--jp-success-color1, #388e3c) ${t}%, var(--jp-error-color1, #d32f2f)) 30%, transparent)`;
 }
 
-const fmt = (r) => (r === null || r === undefined ? "no reward" : Number(r).toFixed(3).replace(/\.?0+$/, "") || "0");
+const fmt = (r) => Number(r).toFixed(3).replace(/\.?0+$/, "") || "0";
 
 function pane(name, answer, running) {
   const head = h("div", "sk-pane-head", h("span", "sk-model", name));
   const body = [];
   if (answer) {
-    const badge = h("span", "sk-badge sk-reward", `reward ${fmt(answer.reward)}`);
+    const scored = answer.reward !== null && answer.reward !== undefined;
+    const badge = h("span", "sk-badge sk-reward", scored ? `reward ${fmt(answer.reward)}` : "no reward");
     badge.style.background = rewardColour(answer.reward);
     badge.title = "the reward function's score of this answer";
     head.append(badge);
@@ -47,7 +48,8 @@ function render({ model, el }) {
   prompt.placeholder = "a prompt (Ctrl+Enter runs it)";
   const truth = h("input", "sk-truth");
   truth.type = "text";
-  truth.placeholder = "ground truth (optional: the reward function compares the answers to it)";
+  truth.placeholder = "ground truth (optional)";
+  truth.title = "what the reward function compares each answer to";
   const run = h("button", "sk-btn sk-run", "▶ Run");
   run.title = "generate one answer per model on the cluster and score each with the reward function";
   const status = h("span", "sk-status");
