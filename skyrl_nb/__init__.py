@@ -46,6 +46,7 @@ _LAZY = {
     "configure": "skyrl_nb.form",
     "compare": "skyrl_nb.compare",
     "playground": "skyrl_nb.playground",
+    "register": "skyrl_nb.model_registry",
 }
 
 #: the public submodules, each imported on first use (`__getattr__` finds any other one too)

@@ -343,14 +343,32 @@ class Job:
             self._reader = RunReader(self.run_dir)
         return self._reader
 
-    def export(self, path: str | os.PathLike[str], step: int | None = None) -> Any:
+    def export(self, path: str | os.PathLike[str], step: int | None = None, *, register: str | None = None,
+               **registration: Any) -> Any:
         """Write checkpoint ``step`` (default: the latest) of this run as a Hugging Face model directory at
         ``path`` (a new local directory or ``s3://bucket/prefix``): `RunReader.export` (the engine in its own process).
+        With ``register="<group>"`` the export is then registered in the SageMaker Model Registry and the
+        `~skyrl_nb.model_registry.Registration` comes back (its ``.export`` is the export); ``registration`` goes
+        to `skyrl_nb.model_registry.register` (``s3=``, ``eval=``, ``region=``, ``image=``, ...).
 
         >>> job.export("~/models/my-run")       # doctest: +SKIP
         ExportResult(path='/home/me/models/my-run', step=50, run='my-run', files=8, ...)
+        >>> job.export("~/models/my-run", register="my-models", s3="s3://my-bucket/registry")  # doctest: +SKIP
         """
-        return self.run.export(path, step=step)
+        if registration and register is None:
+            raise TypeError(f"export: {', '.join(sorted(registration))} only go with register='<group>'")
+        from skyrl_nb.model_registry import RegistrationError, check_group
+        from skyrl_nb.model_registry import register as register_export
+
+        if register is not None:
+            check_group(register)  # a bad name is refused before the export, not after
+        result = self.run.export(path, step=step)
+        if register is None:
+            return result
+        try:
+            return register_export(result, register, **registration)
+        except RegistrationError as err:
+            raise RegistrationError(f"{err} (the export at {result.path} is kept)") from None
 
     def dashboard(self, **kwargs: Any) -> Dashboard:
         """A live dashboard that follows this job (see `skyrl_nb.dashboard.Dashboard`)."""

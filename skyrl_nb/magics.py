@@ -7,7 +7,7 @@
       algorithm: {advantage_estimator: rloo}
     %skyrl status [RUN]      %skyrl logs RUN [--tail N]     %skyrl stop RUN
     %skyrl resume RUN        %skyrl list                    %skyrl dashboard RUN     %skyrl inspect RUN
-    %skyrl export RUN PATH [--step N]    (PATH: a new directory or s3://bucket/prefix)
+    %skyrl export RUN PATH [--step N] [--register GROUP]   (PATH: a new directory or s3://bucket/prefix)
     %skyrl launch --engine skyrl --dry-run    (SkyRL's own trainer: print the exact command line, submit nothing)
 
 Settings: `%config SkyrlMagics.run_root = "/fsx/runs"` (also `preset`, `cluster`, `show_dashboard`,
@@ -45,8 +45,9 @@ COMMAND_HELP = {
     "list": "the runs under run_root and the runs launched from this kernel",
     "dashboard": "RUN: the live training dashboard",
     "inspect": "RUN: the trajectory inspector",
-    "export": "RUN PATH [--step N]: write a checkpoint (default: the latest) as a Hugging Face model "
-              "directory at PATH (a new directory or s3://bucket/prefix)",
+    "export": "RUN PATH [--step N] [--register GROUP]: write a checkpoint (default: the latest) as a Hugging Face "
+              "model directory at PATH (a new directory or s3://bucket/prefix); --register: then register it in "
+              "that SageMaker model package group (skyrl_nb.register; docs/registry.md)",
 }
 COMMANDS = tuple(COMMAND_HELP)
 MAX_LINE_CHARS = 1 << 20
@@ -116,6 +117,7 @@ class SkyrlMagics(Magics):
     @argument("--reward", default=None, help="reward functions (launch): notebook variables, FN or FN1,FN2:0.2")
     @argument("--reward-errors", default=None, help="a reward that raises (launch): skip (score 0) or fail")
     @argument("--step", type=int, default=None, help="checkpoint step to export (export; default: the latest)")
+    @argument("--register", default=None, help="SageMaker model package group to register the export in (export)")
     @argument("--wait", action="store_true", help="block until the job ends (launch, resume)")
     @argument("--no-dashboard", action="store_true", help="do not show the dashboard (launch, resume)")
     def skyrl(self, line: str = "", cell: str | None = None) -> Any:
@@ -203,6 +205,8 @@ class SkyrlMagics(Magics):
                              "(or s3://bucket/prefix)")
         if args.step is not None and (command != "export" or args.step < 0):
             raise UsageError("%skyrl: --step takes a checkpoint step >= 0 and only goes with export")
+        if args.register is not None and command != "export":
+            raise UsageError("%skyrl: --register takes a model package group name and only goes with export")
         if command in ("status", "list") and len(args.args) > (1 if command == "status" else 0):
             raise UsageError(f"%skyrl {command}: too many arguments: {' '.join(args.args)}")
         if args.tail is not None and (command != "logs" or args.tail < 0):
@@ -436,11 +440,17 @@ class SkyrlMagics(Magics):
         job = self._find_job(run, required=False)
         reader = job.run if job is not None else self._open_run(run)
         try:
+            if args.register is not None:  # a bad group name is refused before the export, not after
+                from skyrl_nb.model_registry import check_group, register
+
+                check_group(args.register)
             result = reader.export(path, step=args.step)
-        except (ValueError, OSError, RuntimeError) as err:  # ExportError is a ValueError: one line naming the value
+            for warning in result.warnings:
+                print(f"warning: {warning}")
+            if args.register is not None:
+                return register(result, args.register)
+        except (ValueError, OSError, RuntimeError) as err:  # ExportError, RegistrationError: one line naming it
             raise UsageError(f"%skyrl export: {_one_line(str(err))}") from None
-        for warning in result.warnings:
-            print(f"warning: {warning}")
         return result
 
     # -- helpers ----------------------------------------------------------------------------------
