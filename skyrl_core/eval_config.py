@@ -38,6 +38,8 @@ MODEL_KINDS = ("run", "export", "model", "builtin")
 #: A model's name: it names its samples file (``eval/samples/<name>.parquet``) and its row of the table.
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@=-]{0,79}$"
 _NAME_RE = re.compile(MODEL_NAME_PATTERN)
+#: The built-in environments that score a response against the row's ground truth (``reward_spec.ground_truth``).
+GROUND_TRUTH_ENVS = ("arithmetic", "gsm8k", "gsm8k_flexible")
 
 
 class EvalModel(BaseModel):
@@ -135,3 +137,22 @@ def eval_config_yaml(cfg: Any, section: EvaluationSection) -> str:
 def is_model_name(name: Any) -> bool:
     """Whether ``name`` can name a model of an evaluation (``MODEL_NAME_PATTERN``)."""
     return isinstance(name, str) and bool(_NAME_RE.match(name))
+
+
+def ground_truth_user(functions: list[Any], env_class: str, row_env_class: str | None = None) -> str | None:
+    """What scores against the rows' ground truth, in words (``reward 'exact'``, ``the arithmetic environment``), or
+    None: a reward function whose ``ground_truth`` parameter has no default, or, with no reward functions, a built-in
+    environment of :data:`GROUND_TRUTH_ENVS` (the rows' own ``env_class`` first, else ``env_class``)."""
+    import inspect
+
+    for function in functions:
+        try:
+            param = inspect.signature(function.fn).parameters.get("ground_truth")
+        except (TypeError, ValueError):
+            continue
+        if param is not None and param.default is param.empty:
+            return f"reward {function.name!r}"
+    env = row_env_class or env_class
+    if not functions and env in GROUND_TRUTH_ENVS:
+        return f"the {env} environment"
+    return None

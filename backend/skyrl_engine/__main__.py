@@ -1,5 +1,6 @@
 """``python -m skyrl_engine train|validate --config FILE_OR_PRESET [key=value ...]``,
-``python -m skyrl_engine export SOURCE DEST [--step N]`` (a checkpoint as a Hugging Face model: export.py).
+``python -m skyrl_engine export SOURCE DEST [--step N]`` (a checkpoint as a Hugging Face model: export.py),
+``python -m skyrl_engine evaluate --config FILE_OR_env:NAME [key=value ...]`` (an evaluation job: evaluation.py).
 
 Exit codes: 0 done (or valid, or exported), 1 the run (or the export) failed (status ``failed``, traceback
 in events.jsonl), 2 the config is invalid or the export's source, step or destination cannot be used
@@ -34,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--config", required=True,
                        help="a preset name (e.g. quickstart), a YAML file, or env:NAME (the YAML in that variable)")
         p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.seed=3")
+    p = sub.add_parser("evaluate", help="evaluate models into an eval store (skyrl_core.eval_store)")
+    p.add_argument("--config", required=True,
+                   help="an eval job's YAML file (a job config with an evaluation: section), or env:NAME")
+    p.add_argument("overrides", nargs="*", help="key=value overrides of the job config, e.g. trainer.eval_batch_size=8")
     p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (or s3://bucket/prefix)")
     p.add_argument("source", help="a run directory, a checkpoint root, a global_step_N directory or its policy/")
     p.add_argument("dest", help="a new local directory or s3://bucket/prefix")
@@ -245,6 +250,73 @@ def _final_checkpoint(held: dict[str, Any]) -> str | None:
     return None if step is None else checkpoint.step_dir(trainer.ckpt_root, step)
 
 
+def evaluate(source: str, overrides: list[str]) -> int:
+    """Run an evaluation job (``skyrl_engine.evaluation.run_evaluation``); the exit codes of ``train``. A model that
+    cannot be found (a run without the checkpoint asked for) or data that cannot be scored fails the job with one
+    line in its status.json and on stderr."""
+    from skyrl_core.config import ConfigError, check_config
+    from skyrl_core.eval_config import split_eval_config
+
+    try:
+        rest, section = split_eval_config(_eval_config_mapping(source))
+        cfg = check_config(rest, overrides)
+        if cfg.run.run_id is None:
+            raise ConfigError(["run.run_id: an eval job writes its eval store at <run.run_root>/<run.run_id>; give one"])
+    except ConfigError as err:
+        _print_problems(err.problems)
+        _record_early_failure("the eval config was refused where the job runs: " + "; ".join(err.problems))
+        return EXIT_BAD_CONFIG
+
+    from skyrl_core.choices import RunState, Stage
+    from skyrl_core.exports import ExportError
+    from skyrl_core.runs import RunWriter
+    from skyrl_engine.evaluation import EvalRefused, run_evaluation  # torch, on this path only
+    from skyrl_engine.trainer import StopRequested
+    from skyrl_engine.workers import uses_vllm
+
+    writer = RunWriter(cfg.run_dir)
+    writer.set_status(RunState.PENDING, pid=os.getpid())
+    writer.log_event("stage", step=0, stage=Stage.ENVIRONMENT)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        vllm_python = None
+        if uses_vllm(cfg):
+            from skyrl_engine.vllm_engine import find_vllm_python  # an optional dependency
+
+            vllm_python = find_vllm_python()
+        run_evaluation(cfg, section, writer, log=_log, vllm_python=vllm_python)
+        return EXIT_OK
+    except (StopRequested, KeyboardInterrupt):
+        return EXIT_STOPPED
+    except (EvalRefused, ExportError) as err:
+        _print_problems([str(err)])
+        return EXIT_FAILED
+    except Exception:
+        traceback.print_exc()
+        return EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _eval_config_mapping(source: str) -> dict[str, Any]:
+    """The mapping ``--config`` names: ``env:NAME``'s YAML, or a YAML file's."""
+    from skyrl_core.config import ConfigError
+    from skyrl_core.sources import parse_yaml_mapping
+    from skyrl_core.submission import config_source
+
+    try:
+        found = config_source(source)
+    except ValueError as err:
+        raise ConfigError([str(err)]) from None
+    if isinstance(found, dict):
+        return found
+    try:
+        with open(os.path.expanduser(found), encoding="utf-8") as f:
+            return parse_yaml_mapping(f.read(), found)
+    except OSError as err:
+        raise ConfigError([f"--config: {found!r} cannot be read ({err.strerror or err})"]) from None
+
+
 def export(source: str, dest: str, step: int | None, as_json: bool = False) -> int:
     """Export a checkpoint (``skyrl_engine.export.export_model``); prints the result line (``as_json``: the
     ``ExportResult`` as one JSON line). Exit 0, 2 when the source, step or destination cannot be used (one line on
@@ -279,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         return validate(args.config, args.overrides)
     if args.command == "export":
         return export(args.source, args.dest, args.step, args.json)
+    if args.command == "evaluate":
+        return evaluate(args.config, args.overrides)
     return train(args.config, args.overrides)
 
 

@@ -160,19 +160,23 @@ class GeneratorWorker:
         self.backend.wake_up()
         return self.loop.generate(rows, n, params, seed)
 
-    def evaluate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int, batch_size: int) -> dict[str, Any]:
-        """Mean reward over ``rows`` (``n`` samples each), overall and per data source."""
-        rewards: list[float] = []
-        sources: list[str] = []
+    def eval_samples(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int,
+                     batch_size: int) -> list[dict[str, Any]]:
+        """``n`` samples of every row with the current weights, one record each (the eval store's row,
+        ``skyrl_core.eval_store.SAMPLE_COLUMNS``): the rows go in batches of ``batch_size``, the batch starting at
+        row ``start`` seeded ``seed + start``. The in-training eval (:meth:`evaluate`) and the eval job
+        (``skyrl_engine.evaluation``) both sample through here, so a checkpoint's eval job and the run's own eval at
+        that step draw the same samples."""
+        records: list[dict[str, Any]] = []
         for start in range(0, len(rows), max(1, batch_size)):
-            out = self.generate(rows[start : start + batch_size], n, params, seed + start)
-            rewards.extend(out.rewards_B)
-            sources.extend(out.data_sources)
-        result: dict[str, Any] = {"eval/all/avg_score": sum(rewards) / max(1, len(rewards))}
-        for source in sorted(set(sources)):
-            picked = [r for r, s in zip(rewards, sources, strict=True) if s == source]
-            result[f"eval/{source}/avg_score"] = sum(picked) / len(picked)
-        return result
+            batch = rows[start : start + batch_size]
+            records.extend(sample_records(self.generate(batch, n, params, seed + start), batch, start))
+        return records
+
+    def evaluate(self, rows: list[PromptRow], n: int, params: SamplingParams, seed: int, batch_size: int) -> dict[str, Any]:
+        """Mean reward over ``rows`` (``n`` samples each), overall and per data source: :func:`eval_metrics` of
+        :meth:`eval_samples`."""
+        return eval_metrics(self.eval_samples(rows, n, params, seed, batch_size))
 
     def load_weights(self, weights: Any) -> dict[str, float]:
         """Install the trainer's weights (a state dict, or a LoRA adapter where the backend takes one) in the
@@ -205,6 +209,43 @@ class GeneratorWorker:
         import html
 
         return f"<code>{html.escape(repr(self))}</code>"
+
+
+def ground_truth_text(value: Any) -> str | None:
+    """A row's expected answer as the run store keeps it: text as it is, JSON for a structured one."""
+    return value if isinstance(value, str) or value is None else json.dumps(value, default=str)
+
+
+def sample_records(out: GeneratorOutput, rows: list[PromptRow], first_index: int = 0) -> list[dict[str, Any]]:
+    """One eval record per sample of ``out`` (``n`` samples of each of ``rows``, prompt-major): the prompt's index
+    (``first_index`` + its place in ``rows``), the sample's index among its prompt's, the templated prompt, the
+    response, its reward and length in tokens, the row's ground truth and data source, and the sample's own
+    columns (``reward_error``, ``reward/<fn>``; a multi-turn episode's ``turns``)."""
+    lengths = out.samples.response_mask_BT.sum(-1).tolist()
+    seen: dict[int, int] = {}
+    records = []
+    for b, group in enumerate(out.group_ids_B):
+        sample_index = seen.get(group, 0)
+        seen[group] = sample_index + 1
+        columns = out.sample_columns[b] if out.sample_columns is not None else {}
+        records.append({
+            "prompt_index": first_index + group, "sample_index": sample_index, "prompt": out.prompts[b],
+            "response": out.responses[b], "reward": float(out.rewards_B[b]), "response_length": int(lengths[b]),
+            "ground_truth": ground_truth_text(rows[group].ground_truth), "data_source": out.data_sources[b],
+            "reward_error": columns.get("reward_error"), "finish_reason": out.samples.finish_reasons[b],
+            **{k: v for k, v in columns.items() if k != "reward_error"}})
+    return records
+
+
+def eval_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
+    """``eval/all/avg_score`` (the mean reward of every sample) and ``eval/<data source>/avg_score``: the in-training
+    eval's metrics, from :func:`sample_records`' records."""
+    rewards = [r["reward"] for r in records]
+    result: dict[str, float] = {"eval/all/avg_score": sum(rewards) / max(1, len(rewards))}
+    for source in sorted({r["data_source"] for r in records}):
+        picked = [r["reward"] for r in records if r["data_source"] == source]
+        result[f"eval/{source}/avg_score"] = sum(picked) / len(picked)
+    return result
 
 
 def payload_bytes(weights: Any) -> int:

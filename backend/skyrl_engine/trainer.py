@@ -29,6 +29,7 @@ from skyrl_core.store import is_url
 from skyrl_engine import algorithms, checkpoint
 from skyrl_engine.critic import needs_critic
 from skyrl_engine.dapo import DynamicSampler
+from skyrl_engine.generator import ground_truth_text
 from skyrl_engine.tasks import PromptLoader
 from skyrl_engine.types import GeneratorOutput, PromptRow, TrainBatch, step_seed
 
@@ -139,13 +140,9 @@ def with_ground_truth(out: GeneratorOutput, rows: list[PromptRow]) -> GeneratorO
     """``out`` with each sample's expected answer as a ``ground_truth`` trajectory column (text; JSON for a
     structured one), for the inspector. Sample ``b`` answers ``rows[out.group_ids_B[b]]``."""
     import dataclasses
-    import json
-
-    def text(value: Any) -> str | None:
-        return value if isinstance(value, str) or value is None else json.dumps(value, default=str)
 
     columns = out.sample_columns or [{} for _ in out.rewards_B]
-    truths = [text(rows[g].ground_truth) if 0 <= g < len(rows) else None for g in out.group_ids_B]
+    truths = [ground_truth_text(rows[g].ground_truth) if 0 <= g < len(rows) else None for g in out.group_ids_B]
     return dataclasses.replace(out, sample_columns=[{**c, "ground_truth": gt} for c, gt in zip(columns, truths, strict=True)])
 
 
