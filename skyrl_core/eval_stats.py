@@ -12,11 +12,14 @@ reward call. numpy is imported inside :func:`summarize` only, so ``import skyrl_
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 CONFIDENCE = 0.95
+#: How a prompt changed from one model to another (:func:`prompt_diff`'s keys, in this order)
+GAINED, LOST, BOTH, NEITHER = CHANGES = ("gained", "lost", "both", "neither")  # a prompt's change, not a run state
 DRAWS_PER_BLOCK = 256  # bootstrap draws made at once: bounds memory at DRAWS_PER_BLOCK x prompts counts
 
 
@@ -46,6 +49,18 @@ def _reward(value: Any) -> float:
         return 0.0
     value = float(value)
     return value if math.isfinite(value) else 0.0
+
+
+def is_correct(reward: Any, threshold: float = 1.0) -> bool:
+    """Whether a sample with this reward counts as correct: ``reward >= threshold``, a missing reward never.
+
+    >>> is_correct(1.0), is_correct(0.5, threshold=0.5), is_correct(None), is_correct(float("nan"), 0.0)
+    (True, True, False, False)
+    """
+    if reward is None:
+        return False
+    reward = float(reward)
+    return math.isfinite(reward) and reward >= threshold
 
 
 @dataclass
@@ -90,7 +105,7 @@ def _by_prompt(samples: Any, threshold: float, name: str) -> dict[int, _Prompt]:
                              "allowed: an integer index and a number") from None
         p = prompts.setdefault(index, _Prompt())
         p.n += 1
-        p.correct += reward >= threshold
+        p.correct += is_correct(row["reward"], threshold)
         p.reward_sum += reward
         if row.get("response_length") is not None:
             p.length_sum += float(row["response_length"])
@@ -245,17 +260,49 @@ def _deltas(base: Mapping[int, _Prompt], other: Mapping[int, _Prompt], ks: Seque
         out[f"delta/{m}"] = _point(*cols_o[m]) - _point(*cols_b[m])
         out[f"delta/{m}_ci"] = cis.get(m)
     diff = _diff(base, other)
-    out["prompts_gained"], out["prompts_lost"] = len(diff["gained"]), len(diff["lost"])
+    out["prompts_gained"], out["prompts_lost"] = len(diff[GAINED]), len(diff[LOST])
     return out
 
 
 def _diff(a: Mapping[int, _Prompt], b: Mapping[int, _Prompt]) -> dict[str, list[int]]:
     """:func:`prompt_diff` of samples grouped by prompt."""
     common = [i for i in b if i in a]
-    return {"gained": [i for i in common if b[i].solved and not a[i].solved],
-            "lost": [i for i in common if a[i].solved and not b[i].solved],
-            "both": [i for i in common if a[i].solved and b[i].solved],
-            "neither": [i for i in common if not a[i].solved and not b[i].solved]}
+    return {GAINED: [i for i in common if b[i].solved and not a[i].solved],
+            LOST: [i for i in common if a[i].solved and not b[i].solved],
+            BOTH: [i for i in common if a[i].solved and b[i].solved],
+            NEITHER: [i for i in common if not a[i].solved and not b[i].solved]}
+
+
+_UNSAFE_METRIC_CHARS = re.compile(r"[^\w\-. :/]")  # what MLflow accepts in a metric name (POSIX)
+
+
+def metric_key(text: str) -> str:
+    """``text`` as a metric name MLflow accepts: ``pass@4`` -> ``pass_at_4``, other characters it refuses -> ``_``.
+
+    >>> metric_key("delta/pass@4"), metric_key("run@step=3")
+    ('delta/pass_at_4', 'run_at_step_3')
+    """
+    return _UNSAFE_METRIC_CHARS.sub("_", text.replace("@", "_at_"))
+
+
+def flat_metrics(model_summary: Mapping[str, Any]) -> dict[str, float]:
+    """One model's entry of :func:`summarize` as flat numbers for MLflow and the model registry: each number under
+    :func:`metric_key` of its key, an interval ``[lo, hi]`` as ``<key>_lo`` / ``<key>_hi``; text and None left out.
+
+    >>> flat_metrics({"pass@1": 0.5, "pass@1_ci": [0.25, 0.75], "delta/pass@1": 0.1, "delta/pass@1_ci": None})
+    {'pass_at_1': 0.5, 'pass_at_1_ci_lo': 0.25, 'pass_at_1_ci_hi': 0.75, 'delta/pass_at_1': 0.1}
+    """
+    out: dict[str, float] = {}
+    for key, value in model_summary.items():
+        name = metric_key(str(key))
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float) and math.isfinite(value):
+            out[name] = float(value)
+        elif isinstance(value, list | tuple) and len(value) == 2 and all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value):
+            out[f"{name}_lo"], out[f"{name}_hi"] = float(value[0]), float(value[1])
+    return out
 
 
 def prompt_diff(samples_a: Any, samples_b: Any, threshold: float = 1.0) -> dict[str, list[int]]:

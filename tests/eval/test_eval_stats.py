@@ -139,3 +139,17 @@ def test_importing_eval_stats_leaves_numpy_unimported() -> None:
     code = "import sys, skyrl_core.eval_stats; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_flat_metrics_are_names_mlflow_accepts() -> None:
+    from mlflow.utils.validation import _validate_metric_name
+
+    from skyrl_core.eval_stats import flat_metrics, metric_key
+
+    s = summarize({"base": _samples([[1, 0], [0, 0]]), "run@step=3": _samples([[1, 1], [0, 1]])}, pass_at=(1, 2))
+    flat = flat_metrics(s["models"]["run@step=3"])
+    assert flat["pass_at_2"] == 1.0 and flat["delta/pass_at_1"] == 0.5 and "pass_at_1_ci_lo" in flat
+    assert flat["prompts_gained"] == 1.0 and "n_reward_errors" in flat
+    for key in flat:
+        _validate_metric_name(f"eval/{metric_key('run@step=3')}/{key}")  # raises for '@', '=', '//'
+    assert flat_metrics({"x": None, "y": "text", "z": True, "w": float("nan"), "v": [0, float("inf")]}) == {}
