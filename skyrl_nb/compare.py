@@ -6,12 +6,15 @@
 >>> compare(runs, metrics=["reward/avg_raw_reward", "policy/policy_kl"], smooth=10)
 >>> cmp.frame()                                                            # long frame: run, step, metric, value
 >>> cmp.refresh()                                                          # re-read runs still training
+>>> compare([job], evals=[res])     # an evaluation's bars (with intervals) and table beside the curves
 
 Drawn with the dashboard's own chart widgets (`skyrl_widgets.charts.MetricChart`: JupyterLab's theme
 colours, nice ticks, a read-out under the pointer), one panel per metric titled in words with the key
 below. Runs that overlap stay apart: each has its own colour, dash pattern and line width (the first
 widest), and a run whose curve equals an earlier one's says so in the legend. Without a widget front
 end (papermill, nbconvert) it is a small static SVG. ``figure()`` still gives a plotly figure.
+Evaluations (``skyrl_nb.evaluate``'s ``EvalResult``, in ``runs`` or ``evals=``) add a panel of bars with their
+95% intervals, one per model, and their table (``eval_table()``).
 pandas and plotly are imported only when asked for.
 """
 
@@ -55,6 +58,23 @@ def _on_reward_scale(key: str) -> bool:
     return key.startswith("reward/avg_") or key.startswith("eval/")
 
 
+def _is_eval(item: Any) -> bool:
+    from skyrl_nb.eval_results import EvalResult
+
+    return isinstance(item, EvalResult)
+
+
+def _eval_result(item: Any) -> Any:
+    """An ``EvalResult`` for an ``evals=`` entry: an EvalResult, an eval job's handle, an EvalReader or a store."""
+    from skyrl_nb.eval_results import EvalResult
+
+    if isinstance(item, EvalResult):
+        return item
+    if callable(getattr(item, "result", None)):  # an EvalJob handle: its result, once the job is done
+        return item.result()
+    return EvalResult(item)
+
+
 def _reader(run: Any) -> RunReader:
     if isinstance(run, RunReader):
         return run
@@ -84,10 +104,13 @@ class RunComparison:
     """Several runs' metric curves on shared axes, one subplot per metric."""
 
     def __init__(self, runs: Sequence[Any], metrics: Iterable[str] = DEFAULT_METRICS,
-                 labels: Sequence[str] | None = None, smooth: int = 1):
-        self.readers = [_reader(r) for r in runs]
-        if not self.readers:
-            raise ValueError("compare: runs is empty; pass at least one run directory, RunReader or job")
+                 labels: Sequence[str] | None = None, smooth: int = 1, evals: Sequence[Any] = ()):
+        runs = list(runs)
+        self.evals = [_eval_result(e) for e in [*(r for r in runs if _is_eval(r)), *list(evals or ())]]
+        self.readers = [_reader(r) for r in runs if not _is_eval(r)]
+        if not self.readers and not self.evals:
+            raise ValueError("compare: runs is empty; pass at least one run directory, RunReader or job "
+                             "(or an evaluation in evals=)")
         self.metrics = [metrics] if isinstance(metrics, str) else list(metrics)
         if not self.metrics:
             raise ValueError(f"compare: metrics is empty; e.g. metrics=[{REWARD_KEY!r}]")
@@ -179,14 +202,37 @@ class RunComparison:
 
         charts = [MetricChart(title=p["title"], subtitle=p["subtitle"], x_axis=p["x"], y_axis=p["y"], height=240,
                               series=[{k: v for k, v in s.items() if not k.startswith("_")} for s in p["series"]])
-                  for p in self.panels()]
+                  for p in (self.panels() if self.readers else [])]
+        charts += [w.HTML(self._eval_html(res)) for res in self.evals]
         return w.GridBox(charts, layout=w.Layout(grid_template_columns="repeat(auto-fit, minmax(420px, 1fr))",
                                                  width="100%"))
 
+    def eval_table(self):
+        """The evaluations' tables (``EvalResult.table(numeric=True)``) in one DataFrame, an ``eval`` column first."""
+        import pandas as pd
+
+        frames = [res.table(numeric=True).assign(eval=res.eval_id) for res in self.evals]
+        if not frames:
+            return pd.DataFrame(columns=["eval", "model"])
+        frame = pd.concat(frames, ignore_index=True)
+        return frame[["eval", *(c for c in frame.columns if c != "eval")]]
+
+    @staticmethod
+    def _eval_html(res: Any) -> str:
+        """One evaluation beside the curves: its bars with intervals, its table and the prompts gained / lost."""
+        from skyrl_widgets.eval_view import bars_svg
+
+        table = res.table().to_html(index=False, border=0, na_rep="")
+        changes = f"<div><small>{html.escape(res.changes_text())}</small></div>" if len(res.model_names) > 1 else ""
+        return (f"<div class='skyrl-compare-eval'>{bars_svg(res.summary, res.model_names, title=res.eval_id)}"
+                f"{table}{changes}</div>")
+
     def to_svg(self) -> str:
-        """The comparison as a standalone SVG (what papermill and nbconvert keep)."""
+        """The comparison as a standalone SVG (what papermill and nbconvert keep); evaluations are not in it."""
         from skyrl_widgets.dashboard import Panel, legend_svg, svg_document
 
+        if not self.readers:
+            return svg_document("", 40, header="no runs (evaluations only)")
         panels, body = self.panels(), []
         for row, p in enumerate(panels):
             panel = Panel(0, 30 + row * 190, p["title"], {"x": p["x"], "y": p["y"]})
@@ -210,13 +256,19 @@ class RunComparison:
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{s['run']}: {s['steps']} steps, last {_fmt(s['last'])}" for s in self.summary())
+        for res in self.evals:
+            scores = ", ".join(f"{m} {_fmt(res.summary['models'][m].get('pass@1'))}" for m in res.model_names)
+            parts += ("; " if parts else "") + f"eval {res.eval_id}: pass@1 {scores}"
         return f"RunComparison({self.metrics[0]}; {parts})"
 
     def _repr_html_(self) -> str:
+        evals = "".join(self._eval_html(res) for res in self.evals)
+        if not self.readers:
+            return evals
         rows = "".join(f"<tr><td>{html.escape(s['run'])}</td><td>{s['steps']}</td><td>{_fmt(s['last'])}</td>"
                        f"<td>{_fmt(s['best'])}</td></tr>" for s in self.summary())
         return (f"<table><tr><th>run</th><th>steps</th><th>last {html.escape(metric_label(self.metrics[0]))}</th>"
-                f"<th>best</th></tr>{rows}</table>")
+                f"<th>best</th></tr>{rows}</table>{evals}")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         # the chart widgets where a widget front end draws them; a static SVG and the table elsewhere
@@ -224,18 +276,21 @@ class RunComparison:
             bundle = dict(self.widget()._repr_mimebundle_(include=include, exclude=exclude) or {})
             bundle["text/html"] = self._repr_html_()
         else:
-            bundle = {"text/html": f"<div>{self.to_svg()}</div>{self._repr_html_()}"}
+            curves = f"<div>{self.to_svg()}</div>" if self.readers else ""
+            bundle = {"text/html": f"{curves}{self._repr_html_()}"}
         bundle["text/plain"] = repr(self)
         return bundle
 
 
 def compare(runs: Sequence[Any], metrics: Iterable[str] | str = DEFAULT_METRICS,
-            labels: Sequence[str] | None = None, smooth: int = 1) -> RunComparison:
-    """Overlay the curves of several runs (paths, ``RunReader``s or jobs), one subplot per metric.
+            labels: Sequence[str] | None = None, smooth: int = 1, evals: Sequence[Any] = ()) -> RunComparison:
+    """Overlay the curves of several runs (paths, ``RunReader``s or jobs), one subplot per metric; evaluations
+    (``EvalResult``s among ``runs``, or in ``evals``: results, eval stores) add their bars and table beside them.
 
     >>> compare(["runs/a", "runs/b"], metrics=["reward/avg_raw_reward", "policy/policy_kl"])  # doctest: +SKIP
+    >>> compare([job, res])                       # a run's curves and its evaluation  # doctest: +SKIP
     """
-    return RunComparison(runs, metrics=metrics, labels=labels, smooth=smooth)
+    return RunComparison(runs, metrics=metrics, labels=labels, smooth=smooth, evals=evals)
 
 
 def _fmt(value: float | None) -> str:
@@ -254,8 +309,8 @@ class _CallableModule(types.ModuleType):
     """Importing ``skyrl_nb.compare`` binds the module as ``skyrl_nb.compare``; calling it still compares."""
 
     def __call__(self, runs: Sequence[Any], metrics: Iterable[str] | str = DEFAULT_METRICS,
-                 labels: Sequence[str] | None = None, smooth: int = 1) -> RunComparison:
-        return compare(runs, metrics=metrics, labels=labels, smooth=smooth)
+                 labels: Sequence[str] | None = None, smooth: int = 1, evals: Sequence[Any] = ()) -> RunComparison:
+        return compare(runs, metrics=metrics, labels=labels, smooth=smooth, evals=evals)
 
 
 sys.modules[__name__].__class__ = _CallableModule
