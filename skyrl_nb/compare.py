@@ -224,7 +224,7 @@ class RunComparison:
 
         table = res.table().to_html(index=False, border=0, na_rep="")
         changes = f"<div><small>{html.escape(res.changes_text())}</small></div>" if len(res.model_names) > 1 else ""
-        return (f"<div class='skyrl-compare-eval'>{bars_svg(res.summary, res.model_names, title=res.eval_id)}"
+        return (f"<div class='skyrl-compare-eval' style='overflow-x:auto'>{bars_svg(res.summary, res.model_names, title=res.eval_id)}"
                 f"{table}{changes}</div>")
 
     def to_svg(self) -> str:
