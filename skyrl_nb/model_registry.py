@@ -211,7 +211,7 @@ def register(export: ExportResult | str | os.PathLike[str], group: str, *, s3: s
             group, model_data=model_data, compressed=compressed, image=image,
             environment=dict(DEFAULT_ENVIRONMENT if environment is None else environment), status=status,
             metadata=customer_metadata(source, eval_id, metrics), metrics_uri=metrics_uri, digest=digest,
-            description=description or _description(source))
+            description=_description(source, description))
         arn = aws.sm.create_model_package(**request)["ModelPackageArn"]
     except BaseException as err:  # an interrupt too: what was made is removed before anything else happens
         reason = aws.reason(err) if isinstance(err, Exception) else type(err).__name__
@@ -383,12 +383,11 @@ def customer_metadata(source: _Source, eval_id: str | None, metrics: Mapping[str
     return {_metadata_text(k, 128): _metadata_text(v) for k, v in out.items() if _metadata_text(v)}
 
 
-def _description(source: _Source) -> str:
+def _description(source: _Source, given: str | None) -> str:
     meta = source.meta
     what = f"run {meta.get('run_id')} step {meta.get('step')}" if meta.get("run_id") else source.location
     base = f" (base model {meta['base_model']})" if meta.get("base_model") else ""
-    text = f"skyrl-nb export of {what}{base}"
-    return re.sub(r"[\x00-\x1f\x7f]", " ", text)[:1024]
+    return re.sub(r"[\x00-\x1f\x7f]", " ", given or f"skyrl-nb export of {what}{base}")[:1024]
 
 
 def package_request(group: str, *, model_data: str, compressed: bool, image: str, environment: dict[str, str],
@@ -396,12 +395,9 @@ def package_request(group: str, *, model_data: str, compressed: bool, image: str
                     description: str) -> dict[str, Any]:
     """The CreateModelPackage request: a versioned package in ``group`` whose one container serves
     ``model_data`` (an uncompressed prefix through ModelDataSource, or a model.tar.gz through ModelDataUrl)."""
-    container: dict[str, Any] = {"Image": image, "Environment": environment}
-    if compressed:
-        container["ModelDataUrl"] = model_data
-    else:
-        container["ModelDataSource"] = {"S3DataSource": {"S3Uri": model_data, "S3DataType": "S3Prefix",
-                                                         "CompressionType": "None"}}
+    data = {"ModelDataUrl": model_data} if compressed else {"ModelDataSource": {"S3DataSource": {
+        "S3Uri": model_data, "S3DataType": "S3Prefix", "CompressionType": "None"}}}
+    container: dict[str, Any] = {"Image": image, "Environment": environment, **data}
     request: dict[str, Any] = {
         "ModelPackageGroupName": group, "ModelPackageDescription": description, "ModelApprovalStatus": status,
         "InferenceSpecification": {"Containers": [container], "SupportedContentTypes": ["application/json"],
@@ -439,8 +435,7 @@ class _Aws:
         if not region:
             raise RegistrationError("region: no AWS region is set; give region='us-east-1' (or set "
                                     "AWS_DEFAULT_REGION, or a region in the profile)")
-        creds = session.get_credentials()
-        if creds is None:
+        if (creds := session.get_credentials()) is None:
             raise RegistrationError("AWS credentials: none found; set AWS_PROFILE (or AWS_ACCESS_KEY_ID and "
                                     "AWS_SECRET_ACCESS_KEY), or run where a role is attached")
         frozen = creds.get_frozen_credentials()
@@ -457,6 +452,8 @@ class _Aws:
 
         if isinstance(err, NoCredentialsError):
             return "no AWS credentials found"
+        if type(err).__name__ == "S3UploadFailedError" and isinstance(err.__context__, ClientError):
+            err = err.__context__  # AWS's answer, not boto3's long text around it (local path and key)
         if isinstance(err, ClientError):
             error = err.response.get("Error", {})
             code = str(error.get("Code") or err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?"))
