@@ -72,6 +72,9 @@ class EvaluationSection(BaseModel):
     seed: int | None = Field(None, ge=0)
     seed_step: int = Field(0, ge=0)
     n_boot: int = Field(1000, ge=10, le=100_000)
+    train_columns: dict[str, str] | None = None
+    """``data.columns`` for ``data.train_data`` (what the built-in tiny model is warm-started on) when the evaluated
+    data's ``data.columns`` differ from the run's; None: ``data.columns``."""
 
     def names(self) -> list[str]:
         return [m.name for m in self.models]

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from skyrl_nb import cluster
     from skyrl_nb.cluster.base import Cluster, connect
     from skyrl_nb.dashboard import Dashboard
+    from skyrl_nb.eval_jobs import evaluate
     from skyrl_nb.form import configure
     from skyrl_nb.jobs import Job
 
@@ -47,6 +48,7 @@ _LAZY = {
     "compare": "skyrl_nb.compare",
     "playground": "skyrl_nb.playground",
     "register": "skyrl_nb.model_registry",
+    "evaluate": "skyrl_nb.eval_jobs",
 }
 
 #: the public submodules, each imported on first use (`__getattr__` finds any other one too)
@@ -55,7 +57,7 @@ _SUBMODULES = ("cluster", "compare", "config", "dashboard", "demo", "form", "job
 
 __all__ = [
     "ConfigError", "Cluster", "Dashboard", "Job", "JobConfig", "RunReader", "__version__", "cluster", "configure",
-    "connect", "list_runs", "load_config", "load_ipython_extension", "open_run",
+    "connect", "evaluate", "list_runs", "load_config", "load_ipython_extension", "open_run",
 ]
 
 

@@ -370,6 +370,18 @@ class Job:
         except RegistrationError as err:
             raise RegistrationError(f"{err} (the export at {result.path} is kept)") from None
 
+    def evaluate(self, data: Any = None, *, step: int | None = None, against: Any = "base", **kwargs: Any) -> Any:
+        """Evaluate this run's starting model (``base``) against its checkpoint ``step`` (``trained``; default: the
+        latest) in one job on this job's cluster, on the run's own val data (or ``data``) with its own eval settings
+        and seed, so ``trained``'s pass@1 is the run's eval score at that step; returns the ``EvalResult``
+        (`skyrl_nb.eval_jobs.evaluate_run`; ``against`` another model or None, ``kwargs`` as `skyrl_nb.evaluate`).
+
+        >>> job.evaluate(pass_at=[1, 4], n=4, sampling={"temperature": 1.0}).table()     # doctest: +SKIP
+        """
+        from skyrl_nb.eval_jobs import evaluate_run
+
+        return evaluate_run(self, data, step=step, against=against, **kwargs)
+
     def dashboard(self, **kwargs: Any) -> Dashboard:
         """A live dashboard that follows this job (see `skyrl_nb.dashboard.Dashboard`)."""
         from skyrl_nb.dashboard import Dashboard

@@ -20,7 +20,6 @@ on an object store is downloaded, a model directory or ``.gguf`` file and a buil
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -84,7 +83,7 @@ def run_evaluation(cfg: JobConfig, section: EvaluationSection, writer: RunWriter
         found = []
         for model in section.models:
             writer.log_event("stage", step=0, stage=Stage.MODEL_LOAD, detail=f"{model.name}: {model.source}")
-            found.append(find_model(model, cfg, os.path.join(staging, f"model-{len(found)}")))
+            found.append(find_model(model, cfg, os.path.join(staging, f"model-{len(found)}"), section.train_columns))
             log(f"model {model.name}: {found[-1]['path']}")
         write_models(store, found)
         placement, connection = _placement(cfg, log)
@@ -140,9 +139,11 @@ def check_rows(cfg: JobConfig, rows: list[PromptRow]) -> None:
 
 # -- the models ---------------------------------------------------------------------------------------------------
 
-def find_model(model: EvalModel, cfg: JobConfig, staging: str) -> dict[str, Any]:
+def find_model(model: EvalModel, cfg: JobConfig, staging: str,
+               train_columns: dict[str, str] | None = None) -> dict[str, Any]:
     """``models.json``'s entry for ``model``: its ``path`` a local model directory the generator loads (a run's
-    checkpoint exported into ``staging``, an object-store export downloaded there) and ``step`` the checkpoint's."""
+    checkpoint exported into ``staging``, an object-store export downloaded there) and ``step`` the checkpoint's.
+    ``train_columns``: ``data.columns`` of the train data a built-in model is warm-started on (None: the config's)."""
     from skyrl_engine.models import resolve_model_path
 
     entry = {"name": model.name, "source": model.source, "kind": model.kind, "step": model.step,
@@ -156,11 +157,12 @@ def find_model(model: EvalModel, cfg: JobConfig, staging: str) -> dict[str, Any]
         open_store(model.location).download_folder("", staging)
         return {**entry, "path": staging}
     if model.kind == "builtin":
-        return {**entry, "path": resolve_model_path(model.location, _train_rows(cfg, model.location), cfg.trainer.seed)}
+        rows = _train_rows(cfg, model.location, train_columns)
+        return {**entry, "path": resolve_model_path(model.location, rows, cfg.trainer.seed)}
     return {**entry, "path": resolve_model_path(os.path.expanduser(model.location), None, cfg.trainer.seed)}
 
 
-def _train_rows(cfg: JobConfig, location: str) -> list[PromptRow] | None:
+def _train_rows(cfg: JobConfig, location: str, columns: dict[str, str] | None) -> list[PromptRow] | None:
     """The rows a built-in model is warm-started on: the config's train data (a run's own, for its base model)."""
     from skyrl_core.catalog import TINY_MODEL
 
@@ -168,8 +170,8 @@ def _train_rows(cfg: JobConfig, location: str) -> list[PromptRow] | None:
         return None
     from skyrl_engine.tasks import load_prompts
 
-    return load_prompts(cfg.data.train_data, cfg.environment.env_class, columns=cfg.data.columns,
-                        run_dir=str(cfg.run_dir))
+    return load_prompts(cfg.data.train_data, cfg.environment.env_class,
+                        columns=cfg.data.columns if columns is None else columns, run_dir=str(cfg.run_dir))
 
 
 def _placement(cfg: JobConfig, log: Callable[[str], None]) -> tuple[Any, Any]:
@@ -212,21 +214,6 @@ def sample_model(cfg: JobConfig, model_path: str, rows: list[PromptRow], seed: i
 
 # -- MLflow -------------------------------------------------------------------------------------------------------
 
-def flat_metrics(model_summary: dict[str, Any]) -> dict[str, float]:
-    """One model's summary as MLflow metrics: every number under an MLflow-safe key (``pass@4`` -> ``pass_at_4``),
-    an interval as ``<key>_lo`` / ``<key>_hi``."""
-    out: dict[str, float] = {}
-    for key, value in model_summary.items():
-        name = re.sub(r"[^\w\-. :/]", "_", key.replace("@", "_at_"))
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, (int, float)):
-            out[name] = float(value)
-        elif isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
-            out[f"{name}_lo"], out[f"{name}_hi"] = float(value[0]), float(value[1])
-    return out
-
-
 def log_to_mlflow(cfg: JobConfig, section: EvaluationSection, summary: dict[str, Any], models: list[dict[str, Any]],
                   *, log: Callable[[str], None] = print) -> list[str]:
     """Where ``trainer.logger`` names mlflow: the summary in an MLflow run of its own (named after the eval id, its
@@ -236,6 +223,7 @@ def log_to_mlflow(cfg: JobConfig, section: EvaluationSection, summary: dict[str,
     loggers = cfg.trainer.logger if isinstance(cfg.trainer.logger, list) else [cfg.trainer.logger]
     if "mlflow" not in {str(name) for name in loggers}:
         return []
+    from skyrl_core.eval_stats import flat_metrics, metric_key
     from skyrl_engine.tracking import RUN_ID_TAG, MlflowTracker
 
     tracker = MlflowTracker(cfg, len(section.models))
@@ -243,7 +231,7 @@ def log_to_mlflow(cfg: JobConfig, section: EvaluationSection, summary: dict[str,
     stamp = int(time.time() * 1000)
     written = [tracker.run.info.run_id]
     per_model = summary.get("models") or {}
-    metrics = [tracker._Metric(f"{name}/{key}", value, stamp, 0)
+    metrics = [tracker._Metric(f"{metric_key(name)}/{key}", value, stamp, 0)
                for name in section.names() for key, value in flat_metrics(per_model.get(name) or {}).items()]
     for i in range(0, len(metrics), 1000):
         client.log_batch(tracker.run.info.run_id, metrics=metrics[i:i + 1000])
