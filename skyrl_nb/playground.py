@@ -321,37 +321,24 @@ def eval_answers(result: Any) -> list[dict[str, Any]]:
     return _checked_answers(answers)
 
 
-def worst_prompts(eval_result: Any, limit: int = WORST_PROMPTS, threshold: float | None = None) -> list[dict[str, Any]]:
-    """An evaluation's worst prompts for the last model (the trained one): first those it lost (the first model
-    solves them, it does not), then the lowest mean reward. Each is ``{"label", "prompt", "ground_truth",
-    "messages", "prompt_index"}``: ``prompt`` the last user turn (what the prompt box shows), ``messages`` the
-    chat turns the evaluation asked (None for plain text)."""
-    from skyrl_core.eval_stats import prompt_diff
+def worst_prompts(eval_result: Any, limit: int = WORST_PROMPTS) -> list[dict[str, Any]]:
+    """An ``EvalResult``'s worst prompts (``EvalResult.worst_prompts``: those the last model lost against the first,
+    then its lowest mean rewards) as the dropdown offers them: ``{"label", "prompt", "ground_truth", "messages",
+    "prompt_index"}``, ``prompt`` the last user turn (what the prompt box shows), ``messages`` the chat turns the
+    evaluation asked (None for a prompt with no chat markup)."""
     from skyrl_widgets.inspector_data import chat_turns
 
-    names = _eval_model_names(eval_result)
-    if threshold is None:
-        threshold = float(getattr(eval_result, "threshold", None) or 1.0)
-    first, last = eval_result.samples(names[0]), eval_result.samples(names[-1])
-    lost = set(prompt_diff(first, last, threshold=threshold)["lost"]) if len(names) > 1 else set()
-    # a missing reward counts as 0, as eval_stats counts it
-    means = last.assign(reward=last["reward"].astype(float).fillna(0.0)).groupby("prompt_index")["reward"].mean()
-    base_mean = first.assign(reward=first["reward"].astype(float).fillna(0.0)).groupby("prompt_index")["reward"].mean()
-    firsts = last.sort_values(["prompt_index", "sample_index"]).groupby("prompt_index").head(1).set_index("prompt_index")
-    ranked = sorted(means.items(), key=lambda item: (item[0] not in lost, item[1], item[0]))
+    if not callable(getattr(eval_result, "worst_prompts", None)):
+        raise ValueError(f"eval_result: {type(eval_result).__name__} is not an EvalResult (skyrl_nb.evaluate's "
+                         "result, or skyrl_nb.eval_results.EvalResult(path))")
     out = []
-    for index, mean in ranked[:limit]:
-        row = firsts.loc[index]
-        text = str(row["prompt"])
+    for worst in eval_result.worst_prompts(limit):
+        text = str(worst["prompt"])
         turns = [t for t in chat_turns(text) or [] if not t.get("open")]
         users = [t["content"] for t in turns if t["role"] == "user"]
         shown = users[-1].strip() if users else text
-        truth = row.get("ground_truth")
-        truth = "" if truth is None or truth != truth else str(truth)
-        tag = "lost" if index in lost else f"{names[-1]} {_fmt(mean)}"  # not a run state: a prompt the model lost
-        label = (f"#{index} {tag} ({names[0]} {_fmt(base_mean.get(index))}) · {_short(shown, 60)}"
-                 if len(names) > 1 else f"#{index} {tag} · {_short(shown, 60)}")
-        out.append({"label": label, "prompt": shown, "ground_truth": truth, "prompt_index": int(index),
+        out.append({"label": f"{worst['label']} · {_short(shown, 60)}", "prompt": shown,
+                    "ground_truth": worst.get("ground_truth") or "", "prompt_index": int(worst["prompt_index"]),
                     "messages": [{"role": t["role"], "content": t["content"]} for t in turns] or None})
     return out
 

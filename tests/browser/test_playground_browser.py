@@ -6,7 +6,8 @@ job: the browser tests start no Ray cluster, and the real job behind the default
 browser (tests/notebook/test_playground.py::test_playground_on_the_local_cluster). Asserted in the DOM: Run is
 disabled while the kernel generates and the status line counts the seconds; each pane has its model's name, its
 answer and its reward as a badge (a reward function's error beside it); an empty prompt is refused in one line on
-the status line; a prompt picked from an evaluation's worst prompts fills both boxes and runs; every text of the
+the status line; a prompt picked from an evaluation's worst prompts (a real EvalResult over an eval store the
+engine's writers wrote) fills both boxes and runs; every text of the
 widget reads at 4.5:1 or better in both themes. About 30 s here (most of it JupyterLab and the kernel starting).
 Screenshots go to artifacts/browser/ (playground.png, playground-dark.png).
 """
@@ -15,18 +16,21 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from dom_checks import contrast, set_theme
 from lab_notebook import open_and_run_all
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))  # eval_stores: the tests' eval-store writer
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(240)]
 
 NOTEBOOK = "playground.ipynb"
 CELL = '''\
 import time
-import pandas as pd
 import skyrl_nb
+from skyrl_nb.eval_results import EvalResult
 
 def generate(prompt, ground_truth):
     """base always says 4; trained adds up the prompt. Reward 1 when an answer is the ground truth."""
@@ -38,22 +42,24 @@ def generate(prompt, ground_truth):
     return [{"model": "base", "response": "I think it is 4", "reward": scored("4"), "reward_error": error},
             {"model": "trained", "response": right, "reward": scored(right), "reward_error": error}]
 
-class Evaluation:
-    """An evaluation's models and samples, as the playground reads an EvalResult."""
-    def models(self):
-        return [{"name": "base"}, {"name": "trained"}]
-    def samples(self, model):
-        chat = "<|im_start|>user\\n{}<|im_end|>\\n<|im_start|>assistant\\n"
-        rewards = {"base": [1.0, 0.0], "trained": [0.0, 0.0]}[model]
-        return pd.DataFrame({"prompt_index": [0, 1], "sample_index": [0, 0], "prompt": [chat.format("8+5"), chat.format("2+2")],
-                             "response": ["x", "y"], "reward": rewards, "ground_truth": ["13", "4"], "reward_error": [None, None]})
-
 pg = skyrl_nb.playground({"base": "builtin://tiny-qwen2", "trained": "runs/quickstart"}, generate=generate,
-                         eval_result=Evaluation())
+                         eval_result=EvalResult({eval_dir!r}))
 pg'''
 WIDGET = ".skyrl-playground"
 TEXTS = (f"{WIDGET} .sk-title, {WIDGET} .sk-model, {WIDGET} .sk-badge, {WIDGET} .sk-answer, {WIDGET} .sk-status, "
          f"{WIDGET} .sk-reward-error, {WIDGET} .sk-prompt, {WIDGET} .sk-truth, {WIDGET} .sk-run")
+
+
+def _evaluation(root: Path) -> Path:
+    """An eval store (the engine's own writers, real Parquet) where base solved 8+5 and trained lost it."""
+    from eval_stores import write_eval_store
+
+    chat = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    rows = lambda rewards: [{"prompt_index": i, "sample_index": 0, "prompt": chat.format(q), "response": "x",  # noqa: E731
+                             "reward": r, "response_length": 1, "ground_truth": truth, "data_source": "arithmetic",
+                             "reward_error": None} for i, (q, truth, r) in enumerate(zip(("8+5", "2+2"), ("13", "4"),
+                                                                                         rewards, strict=True))]
+    return write_eval_store(root / "evals", {"base": rows([1.0, 0.0]), "trained": rows([0.0, 0.0])})
 
 
 def _panes(page) -> list[dict]:
@@ -82,7 +88,8 @@ def _readable(page, theme: str) -> None:
 
 
 def test_prompt_in_two_answers_and_two_rewards_out_in_both_themes(lab, page, artifacts):
-    nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": CELL}],
+    source = CELL.replace("{eval_dir!r}", repr(str(_evaluation(lab.root_dir))))
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}],
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (skyrl-nb .venv)",
                                       "language": "python"}, "language_info": {"name": "python"}},
           "nbformat": 4, "nbformat_minor": 5}
@@ -119,7 +126,7 @@ def test_prompt_in_two_answers_and_two_rewards_out_in_both_themes(lab, page, art
     # then the ground truth cleared: the reward function's error beside each answer
     set_theme(page, "JupyterLab Dark")
     options = widget.locator(".sk-examples option").all_inner_texts()
-    assert options[1:] == ["#0 lost (base 1) · 8+5", "#1 trained 0 (base 0) · 2+2"], options
+    assert options[1:] == ["#0 lost · 8+5", "#1 mean reward 0.00 · 2+2"], options
     widget.locator(".sk-examples").select_option("0")
     assert widget.locator(".sk-prompt").input_value() == "8+5" and widget.locator(".sk-truth").input_value() == "13"
     _run_and_watch(page)

@@ -8,13 +8,16 @@ view in a real browser is tests/browser/test_playground_browser.py's.
 from __future__ import annotations
 
 import re
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 
-from skyrl_nb.playground import Answers, Playground, eval_answers, playground, worst_prompts
+from skyrl_nb.playground import Answers, eval_models, playground, worst_prompts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))  # eval_stores: the eval-store writer of the tests
 
 
 def fake_generate(calls: list[tuple[Any, Any]] | None = None, gate: threading.Event | None = None):
@@ -138,43 +141,44 @@ def test_reprs_show_the_answers_as_a_table(monkeypatch: pytest.MonkeyPatch) -> N
     assert "application/vnd.jupyter.widget-view+json" in pg._repr_mimebundle_()
 
 
-class FakeEvalResult:
-    """What the playground reads of an EvalResult: its models (models.json) and each model's samples."""
-
-    def __init__(self, samples: dict[str, list[dict[str, Any]]], sources: dict[str, str] | None = None):
-        self._samples = {k: pd.DataFrame(v) for k, v in samples.items()}
-        self._sources = sources or {}
-        self.eval_id = "fake-eval"
-
-    def models(self) -> list[dict[str, Any]]:
-        return [{"name": n, "source": self._sources.get(n, n), "kind": "model", "step": None} for n in self._samples]
-
-    def samples(self, model: str) -> pd.DataFrame:
-        return self._samples[model]
-
-
 def _chat(question: str) -> str:
     return f"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def _eval(base_rewards: list[list[float]], trained_rewards: list[list[float]]) -> FakeEvalResult:
-    def rows(rewards: list[list[float]]) -> list[dict[str, Any]]:
-        return [{"prompt_index": p, "sample_index": s, "prompt": _chat(f"{p}+{p}"), "response": f"r{p}.{s}",
-                 "reward": r, "ground_truth": str(2 * p), "reward_error": None, "response_length": 3}
-                for p, samples in enumerate(rewards) for s, r in enumerate(samples)]
-
-    return FakeEvalResult({"base": rows(base_rewards), "trained": rows(trained_rewards)})
+def _rows(rewards: list[list[float]], answer: str = "r") -> list[dict[str, Any]]:
+    return [{"prompt_index": p, "sample_index": s, "prompt": _chat(f"{p}+{p}"), "response": f"{answer}{p}.{s}",
+             "reward": float(r), "response_length": 3, "ground_truth": str(2 * p), "data_source": "arithmetic",
+             "reward_error": None}
+            for p, samples in enumerate(rewards) for s, r in enumerate(samples)]
 
 
-def test_worst_prompts_lost_first_then_lowest_reward_and_a_picked_one_runs_as_asked() -> None:
+def _eval_result(root: Path, samples: dict[str, list[dict[str, Any]]], sources: dict[str, str] | None = None):
+    """A real EvalResult over an eval store written with the engine's own writers (tests/eval/eval_stores.py)."""
+    from eval_stores import write_eval_store
+
+    from skyrl_core.eval_store import write_models
+    from skyrl_core.store import open_store
+    from skyrl_nb.eval_results import EvalResult
+
+    path = write_eval_store(root, samples, eval_id=f"pg-eval-20261204-000000-{len(list(root.iterdir())):04d}")
+    if sources:
+        write_models(open_store(path), [{"name": n, "source": src, "kind": "model", "step": None, "path": src}
+                                        for n, src in sources.items()])
+    return EvalResult(str(path))
+
+
+def test_worst_prompts_lost_first_then_lowest_reward_and_a_picked_one_runs_as_asked(tmp_path: Path) -> None:
     # prompt 0 lost (base solves it, trained not), 1 low for both, 2 solved, 3 lost, 4 trained 0.5
-    res = _eval([[1, 1], [0, 0], [1, 1], [1, 1], [0, 0]], [[0, 0], [0, 0], [1, 1], [0, 1], [1, 0]])
+    res = _eval_result(tmp_path, {"base": _rows([[1, 1], [0, 0], [1, 1], [1, 1], [0, 0]]),
+                                  "trained": _rows([[0, 0], [0, 0], [1, 1], [0, 1], [1, 0]])})
     worst = worst_prompts(res, limit=4)
     assert [w["prompt_index"] for w in worst] == [0, 3, 1, 4]
-    assert worst[0]["label"] == "#0 lost (base 1) · 0+0" and worst[1]["label"].startswith("#3 lost (base 1)")
-    assert worst[2]["label"] == "#1 trained 0 (base 0) · 1+1" and worst[3]["label"].startswith("#4 trained 0.5")
+    assert [w["label"] for w in worst] == ["#0 lost · 0+0", "#3 lost · 3+3", "#1 mean reward 0.00 · 1+1",
+                                           "#4 mean reward 0.50 · 4+4"]
     assert worst[1]["prompt"] == "3+3" and worst[1]["ground_truth"] == "6"
     assert worst[1]["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "3+3"}]
+    with pytest.raises(ValueError, match="eval_result: dict is not an EvalResult"):
+        playground(["a", "b"], eval_result={}, generate=fake_generate())
 
     calls: list[tuple[Any, Any]] = []
     pg = playground({"base": "a", "trained": "b"}, eval_result=res, generate=fake_generate(calls))
@@ -190,20 +194,22 @@ def test_worst_prompts_lost_first_then_lowest_reward_and_a_picked_one_runs_as_as
     assert pg.last["trained"]["reward"] == 1.0
 
 
-def test_default_generate_is_one_evaluation_job_of_one_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until the local-cluster test runs it for real: what the default `generate` asks `skyrl_nb.evaluate` for,
-    and how it reads the EvalResult back."""
+def test_default_generate_is_one_evaluation_job_of_one_prompt(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """What the default `generate` asks `skyrl_nb.evaluate` for, and how it reads the EvalResult back (a real one
+    over an eval store); the job itself runs in test_playground_on_the_local_cluster."""
     import skyrl_nb
 
     asked: list[tuple[Any, dict[str, Any]]] = []
 
-    def evaluate(models: Any, **kwargs: Any) -> FakeEvalResult:
+    def evaluate(models: Any, **kwargs: Any) -> Any:
         asked.append((models, kwargs))
         row = kwargs["data"][0]
-        samples = {name: [{"prompt_index": 0, "sample_index": 0, "prompt": str(row["prompt"]), "response": answer,
-                           "reward": float(answer == row.get("ground_truth")), "reward_error": None}]
+        samples = {name: [{**_rows([[0]])[0], "prompt": str(row["prompt"]), "response": answer,
+                           "reward": float(answer == row.get("ground_truth")),
+                           "reward_error": None if "ground_truth" in row else "no ground truth"}]
                    for name, answer in (("base", "4"), ("trained", "42"))}
-        return FakeEvalResult(samples)
+        return _eval_result(tmp_path, samples)
 
     monkeypatch.setattr(skyrl_nb, "evaluate", evaluate, raising=False)
     cluster, reward = object(), object()
@@ -214,12 +220,13 @@ def test_default_generate_is_one_evaluation_job_of_one_prompt(monkeypatch: pytes
                                "name": "playground", "cluster": cluster, "reward": reward})]
     assert [(a["model"], a["response"], a["reward"]) for a in got] == [("base", "4", 0.0), ("trained", "42", 1.0)]
     # no ground truth: the row has none (the evaluation says whether its reward needs one)
-    pg.run("1+1")
+    got = pg.run("1+1")
     assert asked[-1][1]["data"] == [{"prompt": "1+1"}] and "sampling" not in asked[-1][1]
+    assert got["trained"]["reward_error"] == "no ground truth"
 
     # a job (anything with `evaluate`) evaluates its own base and trained model, with its own defaults
     class JobLike:
-        def evaluate(self, **kwargs: Any) -> FakeEvalResult:
+        def evaluate(self, **kwargs: Any) -> Any:
             return evaluate(None, **kwargs)
 
     pg = playground(JobLike(), sampling={"temperature": 0.0})
@@ -227,12 +234,11 @@ def test_default_generate_is_one_evaluation_job_of_one_prompt(monkeypatch: pytes
     pg.run("2+3", "5")
     assert asked[-1] == (None, {"data": [{"prompt": "2+3", "ground_truth": "5"}], "n": 1, "pass_at": (1,),
                                 "name": "playground", "sampling": {"temperature": 0.0}})
-    # an evaluation's own models, given alone
-    res = FakeEvalResult({"base": [], "trained": []}, sources={"base": "builtin://tiny-qwen2", "trained": "runs/q"})
-    assert playground(eval_result=FakeEvalResult(
-        {"base": [{"prompt_index": 0, "sample_index": 0, "prompt": "1+1", "reward": 0.0, "response": "x"}],
-         "trained": [{"prompt_index": 0, "sample_index": 0, "prompt": "1+1", "reward": 0.0, "response": "y"}]},
-        sources=res._sources)).models == ["base", "trained"]
-    with pytest.raises(RuntimeError, match="no sample of model 'base'"):
-        eval_answers(res)
-    assert isinstance(pg, Playground)
+    # an evaluation given alone: its own models, a run's checkpoint as "<run>@step=N"
+    res = _eval_result(tmp_path, {"base": _rows([[1]]), "trained": _rows([[0]])},
+                       sources={"base": "builtin://tiny-qwen2", "trained": "/runs/q"})
+    assert eval_models(res) == {"base": "builtin://tiny-qwen2", "trained": "/runs/q"}
+    pg = playground(eval_result=res)
+    pg.run("9+9", "18")
+    assert asked[-1][0] == {"base": "builtin://tiny-qwen2", "trained": "/runs/q"}
+    assert [e["label"] for e in pg.examples] == ["#0 lost · 0+0"]
