@@ -238,23 +238,31 @@ class Playground:
 
 
 def playground(job_or_models: Any = None, cluster: Any = None, reward: Any = None, eval_result: Any = None, *,
-               sampling: Mapping[str, Any] | None = None, generate: Generate | None = None) -> Playground:
+               sampling: Mapping[str, Any] | None = None, generate: Generate | None = None,
+               **evaluate_kwargs: Any) -> Playground:
     """A playground for ``job_or_models``: a `Job` (or run) gives its starting model ("base") and its latest
     checkpoint ("trained"), as `job.evaluate` does; a list or a ``{name: model}`` dict gives those models (any
     model `skyrl_nb.evaluate` takes). Each Run is one evaluation job on ``cluster`` (a job's own by default)
     scored with ``reward`` and ``sampling`` (a job's own by default). ``eval_result`` (an ``EvalResult``) fills a
-    dropdown with its worst prompts and their ground truth; given alone, its own models are used. ``generate``
-    replaces the evaluation job (see the module docstring).
+    dropdown with its worst prompts and their ground truth; given alone, its own models are used. Other keywords
+    go to each evaluation (``backend="vllm"``, ``run_root``, ``seed``, ``runtime_env``, ... as `skyrl_nb.evaluate`
+    takes them). ``generate`` replaces the evaluation job (see the module docstring).
 
     >>> pg = playground({"base": "builtin://tiny-qwen2", "trained": job}, cluster=cluster)  # doctest: +SKIP
     """
     if job_or_models is None and eval_result is not None:
         job_or_models = eval_models(eval_result)
     names, evaluate = _models(job_or_models)
+    fixed = {"data", "n", "pass_at", "wait"} & set(evaluate_kwargs)
+    if fixed:
+        raise ValueError(f"{sorted(fixed)[0]}: the playground sets it (one prompt, one answer per model); leave it out")
     if generate is None:
-        generate = _evaluation(evaluate, cluster=cluster, reward=reward, sampling=sampling)
+        generate = _evaluation(evaluate, cluster=cluster, reward=reward, sampling=sampling, **evaluate_kwargs)
     elif not callable(generate):
         raise TypeError(f"generate: expected a callable generate(prompt, ground_truth), got {type(generate).__name__}")
+    elif evaluate_kwargs:
+        raise ValueError(f"{sorted(evaluate_kwargs)[0]}: an evaluation's argument, but generate= replaces the "
+                         "evaluation; give one or the other")
     examples = worst_prompts(eval_result) if eval_result is not None else []
     return Playground(generate=generate, models=names, examples=examples)
 
@@ -283,15 +291,16 @@ def _models(job_or_models: Any) -> tuple[list[str], Callable[..., Any]]:
     return names, evaluate
 
 
-def _evaluation(evaluate: Callable[..., Any], *, cluster: Any, reward: Any, sampling: Any) -> Generate:
+def _evaluation(evaluate: Callable[..., Any], *, cluster: Any, reward: Any, sampling: Any, **more: Any) -> Generate:
     """A `Generate` that runs one evaluation job: one prompt, one sample per model."""
     given = {k: v for k, v in (("cluster", cluster), ("reward", reward), ("sampling", sampling)) if v is not None}
+    given = {"name": "playground", **given, **more}
 
     def generate(prompt: Any, ground_truth: str | None) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"prompt": prompt}
         if ground_truth is not None:
             row["ground_truth"] = ground_truth
-        result = evaluate(data=[row], n=1, pass_at=(1,), name="playground", **given)
+        result = evaluate(data=[row], n=1, pass_at=(1,), **given)
         return eval_answers(result)
 
     return generate

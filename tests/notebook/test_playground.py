@@ -229,11 +229,15 @@ def test_default_generate_is_one_evaluation_job_of_one_prompt(monkeypatch: pytes
         def evaluate(self, **kwargs: Any) -> Any:
             return evaluate(None, **kwargs)
 
-    pg = playground(JobLike(), sampling={"temperature": 0.0})
+    pg = playground(JobLike(), sampling={"temperature": 0.0}, backend="vllm", name="try-it")
     assert pg.models == ["base", "trained"]
     pg.run("2+3", "5")
     assert asked[-1] == (None, {"data": [{"prompt": "2+3", "ground_truth": "5"}], "n": 1, "pass_at": (1,),
-                                "name": "playground", "sampling": {"temperature": 0.0}})
+                                "name": "try-it", "sampling": {"temperature": 0.0}, "backend": "vllm"})
+    for given, error in (({"n": 4}, "n: the playground sets it"),
+                         ({"generate": fake_generate(), "seed": 1}, "seed: an evaluation's argument, but generate=")):
+        with pytest.raises(ValueError, match=error):
+            playground(JobLike(), **given)
     # an evaluation given alone: its own models, a run's checkpoint as "<run>@step=N"
     res = _eval_result(tmp_path, {"base": _rows([[1]]), "trained": _rows([[0]])},
                        sources={"base": "builtin://tiny-qwen2", "trained": "/runs/q"})
