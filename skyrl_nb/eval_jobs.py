@@ -121,7 +121,7 @@ def submit_evaluation(models: Any, data: Any = None, *, cluster: Cluster | None 
     root_hint = run_root or (str(check_config(config, check_files=False).run.run_root) if config is not None
                              else os.path.expanduser("~/skyrl-runs"))
     found = find_models(models, run_root=root_hint,
-                        sees_here=bool(cluster is None or cluster.runs_here))
+                        sees_here=lambda path: cluster is None or cluster.runs_here or cluster._under_shared(path))
     cluster = cluster or next((f.cluster for f in found if f.cluster is not None), None)
     if cluster is None:
         raise ConfigError(["cluster: give the cluster to evaluate on (skyrl_nb.cluster.local(), connect(...)); "

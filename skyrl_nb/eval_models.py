@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,12 +46,13 @@ class FoundModel:
         return self.model.name
 
 
-def find_models(models: Any, *, run_root: str | None = None, sees_here: bool = True) -> list[FoundModel]:
+def find_models(models: Any, *, run_root: str | None = None,
+                sees_here: Callable[[str], bool] = lambda _path: True) -> list[FoundModel]:
     """``models`` (see the module docstring) as :class:`FoundModel`, in the user's order; :class:`ConfigError`
     (one line naming ``models``) for one that is none of those, a step with no checkpoint, a name given twice.
 
-    ``run_root`` is where a bare run id is looked for; ``sees_here`` says whether the cluster reads this notebook's
-    disk (a local path missing here is then refused; elsewhere it is a path on the cluster's own disk)."""
+    ``run_root`` is where a bare run id is looked for; ``sees_here(path)`` says whether the cluster reads that path on
+    this notebook's disk (one missing here is then refused; else it may be a path on the cluster's own disk)."""
     if isinstance(models, dict):
         named = list(models.items())
     elif isinstance(models, (list, tuple)) and not _is_run_step(models):
@@ -91,7 +93,7 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def _find(source: Any, run_root: str | None, sees_here: bool) -> FoundModel:
+def _find(source: Any, run_root: str | None, sees_here: Callable[[str], bool]) -> FoundModel:
     step: int | None = None
     step_given = False
     if _is_run_step(source):
@@ -125,7 +127,7 @@ def _find(source: Any, run_root: str | None, sees_here: bool) -> FoundModel:
             files = {}
         if _is_run_folder(files):
             return _run(text, under, step, step_given, _read_config(under), None)
-    if not sees_here and os.path.isabs(os.path.expanduser(text)) and not step_given:
+    if not sees_here(path) and os.path.isabs(os.path.expanduser(text)) and not step_given:
         return _not_a_run(text, "model", text, os.path.basename(text.rstrip("/")).removesuffix(".gguf"), False)
     where = f"no folder {path}" + (f", no run {text!r} in {run_root}" if run_root and "/" not in text else "")
     raise ConfigError([f"models: {source!r} is no run, export, model directory or built-in model here ({where}); "
