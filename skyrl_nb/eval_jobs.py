@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from skyrl_core.choices import ReadState, RunState
 from skyrl_core.config import ConfigError
 from skyrl_core.eval_config import SECTION, EvaluationSection, eval_config_dict, new_eval_id, section_problems
 
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from skyrl_nb.cluster.base import Cluster
     from skyrl_nb.eval_models import FoundModel
 
+#: The states whose reason an EvalJob shows.
+_FAILED = (RunState.FAILED, ReadState.LOST)
 #: Jobs API metadata of an eval job (not a run's: ``Cluster.jobs()`` lists training runs only).
 META_EVAL_ID = "skyrl_nb_eval_id"
 META_EVAL_DIR = "skyrl_nb_eval_dir"
@@ -266,7 +269,6 @@ def _submit(cluster: Cluster, cfg: JobConfig, section: EvaluationSection, inputs
     """Write config.yaml and a ``pending`` status in the eval's folder, ship the inputs, submit the job."""
     import yaml
 
-    from skyrl_core.choices import RunState
     from skyrl_core.runs import RunWriter
     from skyrl_core.submission import pack_config
     from skyrl_core.user_inputs import copy_inputs, remove_inputs
@@ -361,7 +363,7 @@ class EvalJob:
         """Wait for the job and return its ``EvalResult`` (``skyrl_nb.eval_results``). RuntimeError (one line: the
         state and why, from the job's status or log) when it did not succeed."""
         state = self.wait(timeout=timeout)
-        if state != "succeeded":
+        if state != RunState.SUCCEEDED:
             _, why = self.status_detail()
             raise RuntimeError(f"evaluation {self.eval_id} {state}: {why or 'see .logs()'}")
         from skyrl_nb.eval_results import EvalResult
@@ -381,7 +383,7 @@ class EvalJob:
 
     def __repr__(self) -> str:
         state, why, done = self._summary()
-        said = f", error={why!r}" if why and state in ("failed", "lost") else ""
+        said = f", error={why!r}" if why and state in _FAILED else ""
         return (f"EvalJob(eval_id={self.eval_id!r}, state={state!r}, models=[{', '.join(self.model_names)}], "
                 f"done={done}/{len(self.model_names)}{said})")
 
@@ -391,7 +393,7 @@ class EvalJob:
         rows = [("evaluation", f'<a href="{html.escape(url)}" target="_blank">{html.escape(self.eval_id)}</a>'),
                 ("state", html.escape(state)), ("models", html.escape(", ".join(self.model_names))),
                 ("done", f"{done} / {len(self.model_names)}"), ("eval store", f"<code>{html.escape(self.eval_dir)}</code>")]
-        if why and state in ("failed", "lost"):
+        if why and state in _FAILED:
             rows.append(("error", f"<span style='color:#b00'>{html.escape(why)}</span>"))
         body = "".join(f"<tr><td style='text-align:left;padding-right:1em'><b>{k}</b></td>"
                        f"<td style='text-align:left'>{v}</td></tr>" for k, v in rows)

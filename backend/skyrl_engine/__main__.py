@@ -270,21 +270,16 @@ def evaluate(source: str, overrides: list[str]) -> int:
     from skyrl_core.choices import RunState, Stage
     from skyrl_core.exports import ExportError
     from skyrl_core.runs import RunWriter
-    from skyrl_engine.evaluation import EvalRefused, run_evaluation  # torch, on this path only
-    from skyrl_engine.trainer import StopRequested
-    from skyrl_engine.workers import uses_vllm
+
+    # the evaluate path only: it imports torch
+    from skyrl_engine.evaluation import EvalRefused, StopRequested, run_evaluation, vllm_python_for
 
     writer = RunWriter(cfg.run_dir)
     writer.set_status(RunState.PENDING, pid=os.getpid())
     writer.log_event("stage", step=0, stage=Stage.ENVIRONMENT)
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        vllm_python = None
-        if uses_vllm(cfg):
-            from skyrl_engine.vllm_engine import find_vllm_python  # an optional dependency
-
-            vllm_python = find_vllm_python()
-        run_evaluation(cfg, section, writer, log=_log, vllm_python=vllm_python)
+        run_evaluation(cfg, section, writer, log=_log, vllm_python=vllm_python_for(cfg))
         return EXIT_OK
     except (StopRequested, KeyboardInterrupt):
         return EXIT_STOPPED

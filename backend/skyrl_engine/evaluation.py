@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from skyrl_core.choices import Stage
+from skyrl_core.choices import RunState, Stage
 from skyrl_core.eval_config import (
     EvalModel,
     EvaluationSection,
@@ -34,14 +34,31 @@ from skyrl_core.eval_config import (
     ground_truth_user,
     section_problems,
 )
+from skyrl_core.eval_stats import flat_metrics, metric_key, summarize
 from skyrl_core.eval_store import write_models, write_samples, write_summary
 from skyrl_core.lifecycle import RunLifecycle
 from skyrl_core.store import is_url, open_store
+from skyrl_engine.export import export_model
+from skyrl_engine.generator import eval_metrics
+from skyrl_engine.models import resolve_model_path
+from skyrl_engine.placement import Placement, plan_placement
+from skyrl_engine.policy import set_torch_threads
+from skyrl_engine.ray_runtime import connect
+from skyrl_engine.rewards import load_function
+from skyrl_engine.tasks import load_prompts
+from skyrl_engine.tracking import RUN_ID_TAG, MlflowTracker
+from skyrl_engine.trainer import StopRequested
+from skyrl_engine.types import step_seed
+from skyrl_engine.workers import Workers, runs_in_job_process, uses_vllm
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
     from skyrl_core.runs import RunWriter
     from skyrl_engine.types import PromptRow
+
+
+__all__ = ["EvalRefused", "StopRequested", "find_model", "log_to_mlflow", "run_evaluation", "sample_model",
+           "vllm_python_for"]
 
 
 class EvalRefused(ValueError):
@@ -54,11 +71,6 @@ def run_evaluation(cfg: JobConfig, section: EvaluationSection, writer: RunWriter
 
     Raises :class:`EvalRefused` (one line) for data that cannot be scored (no rows, no ground truth where a
     reward needs it) and ``skyrl_core.exports.ExportError`` for a run without the checkpoint asked for."""
-    from skyrl_core.eval_stats import summarize
-    from skyrl_engine.generator import eval_metrics
-    from skyrl_engine.policy import set_torch_threads
-    from skyrl_engine.tasks import load_prompts
-    from skyrl_engine.types import step_seed
 
     writer.write_config(eval_config_dict(cfg, section))
     life = RunLifecycle(writer)
@@ -105,8 +117,6 @@ def run_evaluation(cfg: JobConfig, section: EvaluationSection, writer: RunWriter
         life.succeeded()
         return summary
     except BaseException as err:
-        from skyrl_engine.trainer import StopRequested
-
         if isinstance(err, (StopRequested, KeyboardInterrupt)):
             life.stopped()
         else:
@@ -125,8 +135,6 @@ def run_evaluation(cfg: JobConfig, section: EvaluationSection, writer: RunWriter
 
 def check_rows(cfg: JobConfig, rows: list[PromptRow]) -> None:
     """:class:`EvalRefused` when there are no rows, or a row lacks the ground truth a reward needs."""
-    from skyrl_engine.rewards import load_function
-
     if not rows:
         raise EvalRefused(f"data: {', '.join(cfg.data.val_data) or 'data.val_data'} has no rows to evaluate on")
     functions = [load_function(f.file, str(cfg.run_dir), name=f.name, weight=f.weight) for f in cfg.reward.functions]
@@ -137,6 +145,16 @@ def check_rows(cfg: JobConfig, rows: list[PromptRow]) -> None:
                           "(reward_spec.ground_truth, or columns={'ground_truth': '<your column>'})")
 
 
+def vllm_python_for(cfg: JobConfig) -> str | None:
+    """The Python vLLM's engines run in, for a config whose generator is vLLM (RuntimeError naming SKYRL_VLLM_PYTHON
+    when there is none); None for the torch sampler."""
+    if not uses_vllm(cfg):
+        return None
+    from skyrl_engine.vllm_engine import find_vllm_python  # an optional dependency, in its own environment
+
+    return find_vllm_python()
+
+
 # -- the models ---------------------------------------------------------------------------------------------------
 
 def find_model(model: EvalModel, cfg: JobConfig, staging: str,
@@ -144,13 +162,9 @@ def find_model(model: EvalModel, cfg: JobConfig, staging: str,
     """``models.json``'s entry for ``model``: its ``path`` a local model directory the generator loads (a run's
     checkpoint exported into ``staging``, an object-store export downloaded there) and ``step`` the checkpoint's.
     ``train_columns``: ``data.columns`` of the train data a built-in model is warm-started on (None: the config's)."""
-    from skyrl_engine.models import resolve_model_path
-
     entry = {"name": model.name, "source": model.source, "kind": model.kind, "step": model.step,
              "location": model.location, "path": None}
     if model.kind == "run":
-        from skyrl_engine.export import export_model
-
         result = export_model(model.location, staging, step=model.step)
         return {**entry, "step": result.step, "path": staging}
     if model.kind == "export" and is_url(model.location):
@@ -168,8 +182,6 @@ def _train_rows(cfg: JobConfig, location: str, columns: dict[str, str] | None) -
 
     if location != TINY_MODEL:
         return None
-    from skyrl_engine.tasks import load_prompts
-
     return load_prompts(cfg.data.train_data, cfg.environment.env_class,
                         columns=cfg.data.columns if columns is None else columns, run_dir=str(cfg.run_dir))
 
@@ -177,10 +189,6 @@ def _train_rows(cfg: JobConfig, location: str, columns: dict[str, str] | None) -
 def _placement(cfg: JobConfig, log: Callable[[str], None]) -> tuple[Any, Any]:
     """``(placement, Ray connection)``: where the generator goes, as training puts it: (None, None) for a colocated
     torch run on CPU (in this process), else the run's placement groups on the job's Ray cluster."""
-    from skyrl_engine.placement import Placement, plan_placement
-    from skyrl_engine.ray_runtime import connect
-    from skyrl_engine.workers import runs_in_job_process
-
     if runs_in_job_process(cfg):
         log("placement: the generator in this process (colocated on CPU)")
         return None, None
@@ -199,8 +207,6 @@ def sample_model(cfg: JobConfig, model_path: str, rows: list[PromptRow], seed: i
                  vllm_python: str | None) -> list[dict[str, Any]]:
     """Every row's ``generator.eval_n_samples_per_prompt`` samples from the model at ``model_path`` through the
     generator role training uses (``Workers.generator_role``), then the role is stopped."""
-    from skyrl_engine.workers import Workers
-
     g, t = cfg.generator, cfg.trainer
     role = Workers.generator_role(cfg, model_path, placement, vllm_python=vllm_python)
     try:
@@ -223,8 +229,6 @@ def log_to_mlflow(cfg: JobConfig, section: EvaluationSection, summary: dict[str,
     loggers = cfg.trainer.logger if isinstance(cfg.trainer.logger, list) else [cfg.trainer.logger]
     if "mlflow" not in {str(name) for name in loggers}:
         return []
-    from skyrl_core.eval_stats import flat_metrics, metric_key
-    from skyrl_engine.tracking import RUN_ID_TAG, MlflowTracker
 
     tracker = MlflowTracker(cfg, len(section.models))
     client, experiment_id = tracker.client, tracker.run.info.experiment_id
@@ -235,7 +239,7 @@ def log_to_mlflow(cfg: JobConfig, section: EvaluationSection, summary: dict[str,
                for name in section.names() for key, value in flat_metrics(per_model.get(name) or {}).items()]
     for i in range(0, len(metrics), 1000):
         client.log_batch(tracker.run.info.run_id, metrics=metrics[i:i + 1000])
-    tracker.finish("succeeded", None)
+    tracker.finish(RunState.SUCCEEDED, None)
     eval_id = str(cfg.run.run_id)
     for entry in models:
         if entry["kind"] != "run":
