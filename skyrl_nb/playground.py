@@ -61,7 +61,7 @@ class Answers:
 
     def frame(self):
         """The answers as a pandas DataFrame: model, response, reward, reward_error."""
-        import pandas as pd
+        import pandas as pd  # heavy: only when a frame is asked for
 
         return pd.DataFrame(self.answers, columns=["model", "response", "reward", "reward_error"])
 
@@ -178,7 +178,7 @@ class Playground:
     def widget(self) -> Any:
         """The view (made once; every display of the playground shows the same one)."""
         if self._view is None:
-            from skyrl_widgets.playground import PlaygroundView
+            from skyrl_widgets.playground import PlaygroundView  # heavy (anywidget): only where it is shown
 
             self._view = PlaygroundView(
                 title=self.title, models=list(self.models), running=self.running,
@@ -284,7 +284,7 @@ def _models(job_or_models: Any) -> tuple[list[str], Callable[..., Any]]:
                          "or {name: model} dict of models")
 
     def evaluate(**kwargs: Any) -> Any:
-        import skyrl_nb
+        import skyrl_nb  # the package's lazy `evaluate` (its eval job machinery loads on first use)
 
         return skyrl_nb.evaluate(models, **kwargs)
 
@@ -335,7 +335,7 @@ def worst_prompts(eval_result: Any, limit: int = WORST_PROMPTS) -> list[dict[str
     then its lowest mean rewards) as the dropdown offers them: ``{"label", "prompt", "ground_truth", "messages",
     "prompt_index"}``, ``prompt`` the last user turn (what the prompt box shows), ``messages`` the chat turns the
     evaluation asked (None for a prompt with no chat markup)."""
-    from skyrl_widgets.inspector_data import chat_turns
+    from skyrl_widgets.inspector_data import chat_turns  # the inspector's reading of chat markup, on use
 
     if not callable(getattr(eval_result, "worst_prompts", None)):
         raise ValueError(f"eval_result: {type(eval_result).__name__} is not an EvalResult (skyrl_nb.evaluate's "

@@ -7,8 +7,8 @@ browser (tests/notebook/test_playground.py::test_playground_on_the_local_cluster
 disabled while the kernel generates and the status line counts the seconds; each pane has its model's name, its
 answer and its reward as a badge (a reward function's error beside it); an empty prompt is refused in one line on
 the status line; a prompt picked from an evaluation's worst prompts (a real EvalResult over an eval store the
-engine's writers wrote) fills both boxes and runs; every text of the
-widget reads at 4.5:1 or better in both themes. About 30 s here (most of it JupyterLab and the kernel starting).
+engine's writers wrote) fills both boxes and runs; every text of the widget reads at 4.5:1 or better in both themes.
+About 30 s here (most of it JupyterLab and the kernel starting).
 Screenshots go to artifacts/browser/ (playground.png, playground-dark.png).
 """
 

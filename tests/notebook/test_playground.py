@@ -1,8 +1,9 @@
-"""The playground's controller (skyrl_nb.playground) and its view's traits, with a `generate` made here.
+"""The playground's controller (skyrl_nb.playground) and its view's traits.
 
-No cluster: these check what the controller does with answers, clicks, errors and an evaluation's worst prompts
-(~1 s here). The real evaluation job behind the default `generate` is test_playground_on_the_local_cluster's; the
-view in a real browser is tests/browser/test_playground_browser.py's.
+These check what the controller does with answers, clicks, errors and an evaluation's worst prompts, with no
+cluster (~2 s here), and the default `generate` for real: one evaluation job on the session's local Ray head with
+the real engine (test_playground_on_the_local_cluster, ~15-25 s here). The view in a real browser is
+tests/browser/test_playground_browser.py's.
 """
 
 from __future__ import annotations
@@ -246,3 +247,46 @@ def test_default_generate_is_one_evaluation_job_of_one_prompt(monkeypatch: pytes
     pg.run("9+9", "18")
     assert asked[-1][0] == {"base": "builtin://tiny-qwen2", "trained": "/runs/q"}
     assert [e["label"] for e in pg.examples] == ["#0 lost · 0+0"]
+
+
+def exact(prompt, completion, ground_truth, **_):
+    """A reward function from a cell: the answer exactly."""
+    return float(completion.strip() == str(ground_truth))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_playground_on_the_local_cluster(ray_cluster: Any, tiny_model_dir: str, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default `generate` for real: Run is one evaluation job (skyrl_nb.evaluate) on the session's local Ray
+    head with the real engine, an untrained tiny model as both models, a reward function from a cell. ~20 s here
+    (one eval job; the no-ground-truth refusal submits nothing)."""
+    import skyrl_nb
+    from skyrl_core.config import ConfigError
+    from skyrl_core.eval_store import open_eval
+
+    monkeypatch.setattr(ray_cluster, "engine_module", "skyrl_engine")  # the real engine, not fake_engine
+    runs = tmp_path / "runs"
+    pg = skyrl_nb.playground({"base": tiny_model_dir, "trained": tiny_model_dir}, cluster=ray_cluster, reward=exact,
+                             sampling={"max_generate_length": 6}, run_root=str(runs))
+    view = pg.widget()
+    got = pg.run("17+25", ground_truth="42")
+    assert [a["model"] for a in got] == ["base", "trained"] and view.answers == got.answers
+    for answer in got:  # what the cluster generated, scored there by the cell's function
+        assert isinstance(answer["response"], str) and answer["reward_error"] is None
+        assert answer["reward"] == exact("17+25", answer["response"], "42")
+    (store,) = [p for p in runs.iterdir() if p.name.startswith("playground-eval-")]
+    reader = open_eval(str(store))
+    assert reader.status()["state"] == "succeeded" and [m["name"] for m in reader.models()] == ["base", "trained"]
+    samples = reader.samples("trained")
+    assert len(samples) == 1 and samples["response"].iloc[0] == got["trained"]["response"]
+    assert samples["ground_truth"].iloc[0] == "42" and "17+25" in samples["prompt"].iloc[0]
+    assert view.status.startswith("2 answers in ") and not view.error
+    # a reward that needs a ground truth, and none given: refused in one line before anything is submitted
+    with pytest.raises(ConfigError) as refused:
+        pg.run("2+2")
+    assert view.error and view.status.startswith("failed after ") and "ground truth" in view.status
+    assert view.status.endswith(" ".join(str(refused.value).split())[:200]), (view.status, str(refused.value))
+    print(f"\nrefused: {view.status}")
+    assert len(list(runs.iterdir())) == 1
+    print(f"\none playground run on the local cluster: {got.seconds:.1f} s")
