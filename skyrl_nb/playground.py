@@ -240,8 +240,8 @@ class Playground:
 def playground(job_or_models: Any = None, cluster: Any = None, reward: Any = None, eval_result: Any = None, *,
                sampling: Mapping[str, Any] | None = None, generate: Generate | None = None,
                **evaluate_kwargs: Any) -> Playground:
-    """A playground for ``job_or_models``: a `Job` (or run) gives its starting model ("base") and its latest
-    checkpoint ("trained"), as `job.evaluate` does; a list or a ``{name: model}`` dict gives those models (any
+    """A playground for ``job_or_models``: a `Job` (or a `RunReader`) gives its starting model ("base") and its
+    latest checkpoint ("trained", or ``step=N``), as `job.evaluate` does; a list or a ``{name: model}`` dict gives those models (any
     model `skyrl_nb.evaluate` takes). Each Run is one evaluation job on ``cluster`` (a job's own by default)
     scored with ``reward`` and ``sampling`` (a job's own by default). ``eval_result`` (an ``EvalResult``) fills a
     dropdown with its worst prompts and their ground truth; given alone, its own models are used. Other keywords
@@ -252,11 +252,9 @@ def playground(job_or_models: Any = None, cluster: Any = None, reward: Any = Non
     """
     if job_or_models is None and eval_result is not None:
         job_or_models = eval_models(eval_result)
-    names, evaluate = _models(job_or_models)
-    fixed = {"data", "n", "pass_at", "wait"} & set(evaluate_kwargs)
-    if fixed:
-        raise ValueError(f"{sorted(fixed)[0]}: the playground sets it (one prompt, one answer per model); leave it out")
+    names, evaluate, of_a_run = _models(job_or_models)
     if generate is None:
+        _check_evaluate_kwargs(evaluate_kwargs, of_a_run)
         generate = _evaluation(evaluate, cluster=cluster, reward=reward, sampling=sampling, **evaluate_kwargs)
     elif not callable(generate):
         raise TypeError(f"generate: expected a callable generate(prompt, ground_truth), got {type(generate).__name__}")
@@ -270,10 +268,21 @@ def playground(job_or_models: Any = None, cluster: Any = None, reward: Any = Non
 # -- models and the evaluation job --------------------------------------------------------------------
 
 
-def _models(job_or_models: Any) -> tuple[list[str], Callable[..., Any]]:
-    """The pane names and the function that evaluates those models on some data."""
+def _models(job_or_models: Any) -> tuple[list[str], Callable[..., Any], bool]:
+    """The pane names, the function that evaluates those models on some data, and whether they are a run's."""
+    from skyrl_core.runs import RunReader  # light; here so the module's imports stay the frontend check alone
+
+    if isinstance(job_or_models, RunReader):
+        reader = job_or_models
+
+        def evaluate_reader(**kwargs: Any) -> Any:
+            from skyrl_nb.eval_jobs import evaluate_run  # the eval job machinery, on first use
+
+            return evaluate_run(reader, **kwargs)
+
+        return ["base", "trained"], evaluate_reader, True
     if hasattr(job_or_models, "evaluate") and not isinstance(job_or_models, (str, Mapping, Sequence)):
-        return ["base", "trained"], job_or_models.evaluate
+        return ["base", "trained"], job_or_models.evaluate, True
     if isinstance(job_or_models, Mapping) and job_or_models and all(isinstance(k, str) and k for k in job_or_models):
         models: Any = dict(job_or_models)
         names = list(models)
@@ -288,7 +297,24 @@ def _models(job_or_models: Any) -> tuple[list[str], Callable[..., Any]]:
 
         return skyrl_nb.evaluate(models, **kwargs)
 
-    return names, evaluate
+    return names, evaluate, False
+
+
+def _check_evaluate_kwargs(given: Mapping[str, Any], of_a_run: bool) -> None:
+    """One line for a keyword the playground sets itself or `skyrl_nb.evaluate` does not take."""
+    import inspect
+
+    from skyrl_nb.eval_jobs import evaluate  # its signature says what an evaluation takes
+
+    fixed = sorted({"data", "n", "pass_at", "wait"} & set(given))
+    if fixed:
+        raise ValueError(f"{fixed[0]}: the playground sets it (one prompt, one answer per model); leave it out")
+    allowed = set(inspect.signature(evaluate).parameters) - {"models", "data", "n", "pass_at", "wait"}
+    allowed |= {"step", "against"} if of_a_run else set()
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not an argument of an evaluation{' of a run' if of_a_run else ''}; "
+                         f"allowed: {', '.join(sorted(allowed))}")
 
 
 def _evaluation(evaluate: Callable[..., Any], *, cluster: Any, reward: Any, sampling: Any, **more: Any) -> Generate:

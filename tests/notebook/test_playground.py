@@ -235,10 +235,26 @@ def test_default_generate_is_one_evaluation_job_of_one_prompt(monkeypatch: pytes
     pg.run("2+3", "5")
     assert asked[-1] == (None, {"data": [{"prompt": "2+3", "ground_truth": "5"}], "n": 1, "pass_at": (1,),
                                 "name": "try-it", "sampling": {"temperature": 0.0}, "backend": "vllm"})
+    pg = playground(JobLike(), step=2)  # a run's own keywords: its checkpoint
+    pg.run("1+2", "3")
+    assert asked[-1][1]["step"] == 2
     for given, error in (({"n": 4}, "n: the playground sets it"),
-                         ({"generate": fake_generate(), "seed": 1}, "seed: an evaluation's argument, but generate=")):
+                         ({"generate": fake_generate(), "seed": 1}, "seed: an evaluation's argument, but generate="),
+                         ({"temprature": 1}, "temprature: not an argument of an evaluation of a run; allowed: against, "
+                                             "backend, batch_size, ")):
         with pytest.raises(ValueError, match=error):
             playground(JobLike(), **given)
+    with pytest.raises(ValueError, match="step: not an argument of an evaluation; allowed: backend, batch_size"):
+        playground(["a", "b"], step=3)
+    # a run read from its folder: the same evaluation of its base and trained model (eval_jobs.evaluate_run)
+    import skyrl_nb.eval_jobs
+    from skyrl_core.runs import RunReader
+
+    reader = RunReader(tmp_path / "a-run")
+    monkeypatch.setattr(skyrl_nb.eval_jobs, "evaluate_run", lambda run, **kwargs: evaluate(run, **kwargs))
+    pg = playground(reader, cluster=cluster)
+    assert pg.models == ["base", "trained"] and pg.run("4+4", "8")["trained"]["reward"] == 0.0
+    assert asked[-1][0] is reader and asked[-1][1]["cluster"] is cluster
     # an evaluation given alone: its own models, a run's checkpoint as "<run>@step=N"
     res = _eval_result(tmp_path, {"base": _rows([[1]]), "trained": _rows([[0]])},
                        sources={"base": "builtin://tiny-qwen2", "trained": "/runs/q"})
