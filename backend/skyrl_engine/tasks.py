@@ -10,6 +10,9 @@ A dataset row (Parquet or JSONL) looks like SkyRL's::
 
 Environments come from skyrl-gym's registry (``skyrl_gym.make``). Importing this module registers
 the built-in ``arithmetic`` environment there; skyrl-gym's own ones (``gsm8k``, ...) work unchanged.
+
+One idea: the rows a job trains and evaluates on, from wherever they come (built-in generators, files, URLs), and
+the built-in tasks' scoring; the built-in generators sit beside the loader because both define the row shape.
 """
 
 from __future__ import annotations
