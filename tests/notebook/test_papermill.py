@@ -75,7 +75,8 @@ def test_quickstart_under_papermill_is_small_and_clean(ray_cluster: Any, nb_env:
     out = tmp_path / "quickstart.out.ipynb"
     done = _run(REPO / "notebooks" / "quickstart.ipynb", out, {
         "max_training_steps": 8, "run_root": str(tmp_path / "runs"), "run_id": "pm-quick",
-        "keep_cluster": True, "min_reward_gain": -1.0})  # 8 steps: learning is checked by make demo
+        "keep_cluster": True, "min_reward_gain": -1.0,  # 8 steps: learning is checked by make demo
+        "evaluate": False})  # the fake engine has no eval job: the real one runs it in the 40-step test below
     size = out.stat().st_size
     print(f"\nexecuted quickstart: {size / 1024:.0f} KB")
     assert size < 1_000_000
@@ -94,7 +95,9 @@ def test_quickstart_40_steps_with_the_real_engine_ends_clean(ray_cluster: Any, n
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """What a papermill user runs first: ``-p max_training_steps 40``, the real engine (the built-in tiny model)
     and the notebook's own check. 40 steps gain about +0.02, so the rise is reported, not asserted: the run
-    ends without an error (issue 18: it used to fail on a fixed +0.3)."""
+    ends without an error (issue 18: it used to fail on a fixed +0.3). The notebook ends with an evaluation job,
+    base vs trained on the held-out split: its table is the cell's output, and the trained model's pass@1 is
+    the run's own eval score at step 40 (issue 36)."""
     monkeypatch.delenv("SKYRL_NB_ENGINE_MODULE")  # the kernel's jobs run `python -m skyrl_engine`
     done = _run(REPO / "notebooks" / "quickstart.ipynb", tmp_path / "q40.out.ipynb", {
         "max_training_steps": 40, "run_root": str(tmp_path / "runs"), "run_id": "pm-40"})
@@ -104,3 +107,14 @@ def test_quickstart_40_steps_with_the_real_engine_ends_clean(ray_cluster: Any, n
     assert "pm-40: succeeded, step 40/40" in text and "40 steps are too few to expect a clear rise" in text
     assert "407.4K parameters" in text  # the real engine: the built-in model's count, from its started event
     assert "local Ray head: reusing the running head" in text  # the cluster cell says what it did
+    from skyrl_core.eval_store import open_eval
+    from skyrl_core.runs import RunReader
+
+    evals = sorted((tmp_path / "runs").glob("pm-40-eval-*"))
+    assert len(evals) == 1, evals
+    summary = open_eval(evals[0]).summary()
+    assert list(summary["models"]) == ["base", "trained"]
+    run_eval = next(e for e in RunReader(tmp_path / "runs" / "pm-40").events() if e.get("kind") == "eval"
+                    and e.get("step") == 40)
+    assert summary["models"]["trained"]["pass@1"] == pytest.approx(run_eval["eval/all/avg_score"], abs=1e-12)
+    assert "pass@1" in text and "prompts changed between base and trained" in text
