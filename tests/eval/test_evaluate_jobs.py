@@ -71,9 +71,8 @@ def test_base_against_trained_on_the_held_out_split(eval_cluster: Any, job_model
     diff = res.diff()
     assert sorted(diff.loc[diff["change"] == "gained", "prompt_index"]) == changes["gained"]
     assert sorted(diff.loc[diff["change"] == "lost", "prompt_index"]) == changes["lost"]
-    text = repr(res)
-    for direction in ("gained", "lost"):
-        assert changes[direction] or f"0 {direction}" in text or "none" in text, text
+    # each direction lists its prompts, or says there are none (0)
+    assert f"trained vs base: {len(changes['gained'])} prompts gained, {len(changes['lost'])} lost" in repr(res)
     # the samples: the same prompts for both models, with what the inspector shows
     base, trained = res.samples("base"), res.samples("trained")
     assert (base[["prompt_index", "sample_index"]].values == trained[["prompt_index", "sample_index"]].values).all()
