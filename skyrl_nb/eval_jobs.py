@@ -131,10 +131,12 @@ def submit_evaluation(models: Any, data: Any = None, *, cluster: Cluster | None 
                            "none of the models is a Job that names one"])
     first_run = next((f for f in found if f.model.kind == "run"), None)
     start = config if config is not None else (first_run.run_config if first_run is not None else "quickstart")
-    inputs = JobInputs.gather(val_data=data, columns=columns, reward=reward, ship_file=cluster._ships)
+    start_cfg = check_config(start, check_files=False)
+    # data given without columns is read with the starting config's (a run's held-out rows in its own shape)
+    given_columns = columns if columns is not None or data is None else (dict(start_cfg.data.columns) or None)
+    inputs = JobInputs.gather(val_data=data, columns=given_columns, reward=reward, ship_file=cluster._ships)
     eval_id = new_eval_id(name or (first_run.model.location.rstrip("/").rpartition("/")[2] if first_run else
                                    found[0].name))
-    start_cfg = check_config(start, check_files=False)
     changes = _settings(start_cfg, n=n, sampling=sampling, backend=backend,
                         batch_size=batch_size, run_root=run_root)
     cfg = cluster.prepare(start, overrides=[*changes, *(overrides or []), *inputs.overrides()], run_id=eval_id)

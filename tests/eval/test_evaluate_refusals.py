@@ -37,11 +37,11 @@ def _spy(*, shares_disk: bool) -> Any:
     return cluster
 
 
-def _run(location: str, steps: list[int]) -> str:
+def _run(location: str, steps: list[int], *overrides: str) -> str:
     """A finished run's folder with checkpoints at ``steps`` (as the engine lays them out; no weights needed here)."""
     root, _, run_id = location.rstrip("/").rpartition("/")
     writer = RunWriter(location)
-    writer.write_config(load_config("quickstart", [f"run.run_id={run_id}", f"run.run_root={root}"]))
+    writer.write_config(load_config("quickstart", [f"run.run_id={run_id}", f"run.run_root={root}", *overrides]))
     writer.set_status("succeeded", step=max(steps, default=0))
     store = open_store(location)
     for step in steps:
@@ -95,6 +95,24 @@ def test_bad_input_is_one_line_naming_the_argument_and_nothing_is_submitted(tmp_
         skyrl_nb.evaluate([run])
     assert cluster.client.submitted == []
     assert sorted(p.name for p in runs.iterdir()) == ["my-run", "no-ckpt"]  # no eval folder was written
+
+
+def test_held_out_rows_in_the_runs_own_shape_need_no_columns(tmp_path: Path) -> None:
+    """A run launched with ``columns=`` evaluated on more rows of the same shape: its columns read them."""
+    import pandas as pd
+
+    import skyrl_nb
+
+    mapped = '{"prompt": "question", "ground_truth": "answer"}'
+    run = _run(str(tmp_path / "runs" / "own"), [3], f"data.columns={mapped}")
+    cluster = _spy(shares_disk=True)
+    qa = pd.DataFrame([{"question": f"{a}+{a}", "answer": str(2 * a)} for a in range(3)])
+    job = skyrl_nb.evaluate([run], qa, cluster=cluster, wait=False)
+    (sent,) = cluster.client.submitted
+    config = yaml.safe_load(sent["runtime_env"]["env_vars"]["SKYRL_NB_CONFIG"])
+    assert config["data"]["columns"] == {"prompt": "question", "ground_truth": "answer"}
+    assert config["evaluation"]["train_columns"] is None and config["evaluation"]["models"][0]["step"] == 3
+    assert job.model_names == ["own"]
 
 
 def test_a_cluster_sharing_no_disk_gets_a_config_naming_no_local_path(s3: Any, tmp_path: Path) -> None:
