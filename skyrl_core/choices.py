@@ -145,6 +145,22 @@ class Stage(StrEnum):
         return self.value.replace("_", " ")
 
 
+class Phase(StrEnum):
+    """What a training step is doing now, as the engine's ``skyrl_phase`` gauge says it (``skyrl_engine.telemetry``):
+    the parts ``timing/*`` times, in a person's words (``generate``; ``train`` for advantages and the critic and
+    policy updates, ``timing/policy_train``; ``sync`` for ``timing/sync_weights``; ``eval``; ``checkpoint`` for
+    ``timing/save_checkpoints``), and ``idle`` between them (writing a step, waiting). The async schedules may be in
+    two at once."""
+    GENERATE, TRAIN, SYNC, EVAL, CHECKPOINT, IDLE = "generate", "train", "sync", "eval", "checkpoint", "idle"
+
+
+class AlertKind(StrEnum):
+    """``trainer.alerts.events``: what sends an alert (``skyrl_core.alerts``). ``failed``: the run failed;
+    ``lost``: its process died without a word (the notebook sends this one); ``stalled``: no step for
+    ``stall_factor`` x the median step time; ``reward_collapse``: the moving mean reward fell under ``reward_below``."""
+    FAILED, LOST, STALLED, REWARD_COLLAPSE = "failed", "lost", "stalled", "reward_collapse"
+
+
 def values(choice: type[StrEnum]) -> tuple[str, ...]:
     """The plain string values of an enum, in definition order: ``values(KLEstimator)`` → ('k1', ...)."""
     return tuple(member.value for member in choice)
