@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from skyrl_nb.eval_jobs import evaluate
     from skyrl_nb.form import configure
     from skyrl_nb.jobs import Job
+    from skyrl_nb.serving import serve
 
 # public name -> module it lives in
 _LAZY = {
@@ -48,6 +49,7 @@ _LAZY = {
     "compare": "skyrl_nb.compare",
     "playground": "skyrl_nb.playground",
     "register": "skyrl_nb.model_registry",
+    "serve": "skyrl_nb.serving",
     "evaluate": "skyrl_nb.eval_jobs",
 }
 
@@ -57,7 +59,7 @@ _SUBMODULES = ("cluster", "compare", "config", "dashboard", "demo", "form", "job
 
 __all__ = [
     "ConfigError", "Cluster", "Dashboard", "Job", "JobConfig", "RunReader", "__version__", "cluster", "configure",
-    "connect", "evaluate", "list_runs", "load_config", "load_ipython_extension", "open_run",
+    "connect", "evaluate", "list_runs", "load_config", "load_ipython_extension", "open_run", "serve",
 ]
 
 

@@ -100,3 +100,20 @@ def vllm_engine(vllm_python, tiny_model_dirs, engine_ray):
                            max_model_len=context_tokens(256))
     yield engine
     engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def nb_cluster(private_model_cache):
+    """A real local Ray head through ``skyrl_nb.cluster.local`` (token auth, the Jobs API), for tests that submit
+    jobs from the notebook side (``skyrl_nb.serve``). Started after the session's model cache is set, so its jobs
+    find the models built here; in a short private temp dir (Ray's socket paths stay under 107 bytes)."""
+    import shutil
+    import tempfile
+
+    from skyrl_nb.cluster.local import local
+
+    root = Path(tempfile.mkdtemp(prefix="snbv-", dir="/tmp"))
+    cluster = local(num_cpus=2, temp_dir=root / "ray", token_path=root / "ray_token")
+    yield cluster
+    cluster.shutdown()
+    shutil.rmtree(root, ignore_errors=True)
