@@ -155,7 +155,9 @@ def submit_evaluation(models: Any, data: Any = None, *, cluster: Cluster | None 
     cfg, _ = cluster.run_store(cfg)
     cluster.check_files(cfg, runtime_env, engine_code)
     _check_locations(cluster, found)
-    copy_from = first_run.model.location if first_run is not None and config is None else None
+    # the run's own shipped data and functions travel when its config is the one in use (job.evaluate passes it)
+    own = first_run is not None and (config is None or config == first_run.run_config)
+    copy_from = first_run.model.location if own else None
     return _submit(cluster, cfg, section, inputs, runtime_env, engine_code, copy_from)
 
 

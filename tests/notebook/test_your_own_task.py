@@ -33,7 +33,9 @@ def test_your_own_task_under_papermill(ray_cluster: Any, nb_env: Path, tiny_mode
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """quick=True, 3 steps, 40 problems. The model is the built-in tiny one's shape untrained (the session's
     ``tiny_model_dir``): ``builtin://tiny-qwen2`` is warm-started on the train rows, a minute of SFT on these
-    word problems on 2 cores and a fresh cache, which is not what this test checks."""
+    word problems on 2 cores and a fresh cache, which is not what this test checks. The notebook ends with an
+    evaluation job (issue 36): base vs trained on the 4 held-out problems, 4 samples each, scored by the same two
+    functions from the notebook's cells."""
     import papermill
 
     from skyrl_core.runs import open_run
@@ -80,3 +82,17 @@ def test_your_own_task_under_papermill(ray_cluster: Any, nb_env: Path, tiny_mode
     assert "train data: a pandas.DataFrame, 36 rows, sha256" in text
     assert "reward correct (weight 1.0, batched)" in text and "reward format_bonus (weight 0.2, per sample)" in text
     assert ray_cluster._token not in out.read_text()
+
+    from skyrl_core.eval_store import open_eval
+
+    evals = sorted(runs.glob("pm-own-task-eval-*"))
+    assert len(evals) == 1, evals
+    ev = open_eval(evals[0])
+    summary = ev.summary()
+    assert list(summary["models"]) == ["base", "trained"] and summary["pass_at"] == [1, 4]
+    for model in ("base", "trained"):
+        stats = summary["models"][model]
+        assert (stats["n_prompts"], stats["n_samples"]) == (4, 16) and "pass@4_ci" in stats
+        samples = ev.samples(model)
+        assert {"reward/correct", "reward/format_bonus"} <= set(samples.columns)  # the cell's functions scored it
+    assert "pass@4" in text and "problems changed between base and trained" in text
