@@ -9,7 +9,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from skyrl_core.alerts import webhook_problem
 from skyrl_core.choices import (
+    AlertKind,
     Backend,
     DynamicSampling,
     Engine,
@@ -265,6 +267,30 @@ class FullyAsyncConfig(_Section):
     max_staleness_steps: int = Field(1, ge=0)
 
 
+class AlertsConfig(_Section):
+    """``trainer.alerts``: a message to a webhook (Slack's ``{"text": ...}``) or an SNS topic when the run fails,
+    is lost, stalls (no step for ``stall_factor`` x the median step time, and at least ``stall_min_s``) or its
+    moving mean reward (``reward/avg_raw_reward`` over ``reward_window`` steps) falls under ``reward_below``; once
+    per event (``skyrl_core.alerts``, docs/alerts.md). Off while ``webhook`` is None. ``webhook`` names where the
+    URL is (``env:NAME``), never the URL itself: it carries a token and the config is saved with the run."""
+
+    webhook: str | None = None
+    events: list[AlertKind] = Field(default_factory=lambda: list(AlertKind))
+    stall_factor: float = Field(5.0, gt=1)
+    stall_min_s: float = Field(60.0, ge=0)
+    reward_below: float | None = None
+    reward_window: int = Field(5, ge=1, le=1000)
+    timeout_s: float = Field(5.0, gt=0, le=60)
+
+    @field_validator("webhook")
+    @classmethod
+    def _where_not_what(cls, value: str | None) -> str | None:
+        problem = None if value is None else webhook_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
 class TrainerConfig(_Section):
     strategy: Strategy = Strategy.FSDP2
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
@@ -297,6 +323,8 @@ class TrainerConfig(_Section):
     logger: Logger | list[Logger] = Logger.CONSOLE
     async_one_step: bool = False
     fully_async: FullyAsyncConfig = Field(default_factory=FullyAsyncConfig)
+    # skyrl-nb's: messages when the run fails, is lost, stalls or its reward collapses (skyrl_core.alerts)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
 
 class SamplingParams(_Section):

@@ -139,7 +139,7 @@ _REFUSED_UNLESS_DEFAULT: dict[str, tuple[Any, str]] = {
 
 # a section only skyrl-nb has: any other key in it is refused unless at its default (it is not implemented by the
 # bridge), so a new skyrl-nb run setting never reaches SkyRL's loader (which refuses unknown keys) unclassified
-SKYRL_NB_SECTIONS = ("run.",)
+SKYRL_NB_SECTIONS = ("run.", "trainer.alerts.")
 
 # SkyRL 0.3.0's fully async trainer refuses every policy loss that recomputes old log-probs (all of skyrl-nb's)
 _FULLY_ASYNC_LOSSES = ("rollout_is", "dppo")
