@@ -6,9 +6,9 @@ on the base model; for 3 word problems the server's greedy tokens (``return_toke
 of them are the PEFT model's (and not the base model's: the adapter is applied). ``stop()`` leaves no process of the
 server and closes its port. The bad inputs are one line each.
 
-Measured here (2 cores shared with other work, load 8-9): ~4 min in all: the local cluster 29 s (setup), the run
-113 s, the export 13 s, the server ready 63 s after the transformers side is done (its start overlaps it), the error
-cases 6 s. Log-probs: server vs PEFT within 3e-5, server vs base 1-2.4 nats.
+Measured here (2 cores shared with other work, load 5-9): 3.8-4.1 min in all: the local cluster 29 s (setup), the
+run 102-113 s, the export 10-13 s, the server ready 62 s after the transformers side is done (its start overlaps
+it), stop 2.6 s, the error cases 5-6 s. Log-probs: server vs PEFT within 3e-5, server vs base 1-2.4 nats.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_a_smollm2_lora_export_served_by_vllm_gives_transformers_greedy_tokens_a
     assert result.adapter and result.step == STEPS
     exported = time.perf_counter()
 
-    server = skyrl_nb.serve(export, nb_cluster, dtype="float32", max_model_len=1024, runtime_env=env, wait=False)
+    server = skyrl_nb.serve(result, nb_cluster, dtype="float32", max_model_len=1024, runtime_env=env, wait=False)
     assert repr(server).startswith("Server(model='smollm2-lora'")
     prompts = distinct_prompts("builtin://word_problems/test", 3)
     threads = torch.get_num_threads()
