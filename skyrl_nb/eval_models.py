@@ -24,6 +24,7 @@ from typing import Any
 from skyrl_core.catalog import BUILTIN_MODELS, BUILTIN_PREFIX
 from skyrl_core.config import ConfigError
 from skyrl_core.eval_config import MODEL_NAME_PATTERN, EvalModel, is_model_name
+from skyrl_core.exports import ExportResult
 from skyrl_core.store import is_url, open_store
 
 _STEP_RE = re.compile(r"^(.+)@step=(\d+)$")
@@ -103,6 +104,8 @@ def _find(source: Any, run_root: str | None, sees_here: Callable[[str], bool]) -
             raise ConfigError([f"models: step {step} is not a checkpoint step; give a global step >= 0"])
     if hasattr(source, "run_dir") and (hasattr(source, "submission_id") or hasattr(source, "trajectory_steps")):
         return _run(source, str(source.run_dir), step, step_given, run_config(source), getattr(source, "cluster", None))
+    if isinstance(source, ExportResult):  # what job.export returned: its folder (or s3:// prefix)
+        source = source.path
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
     if not isinstance(source, str) or not source.strip():

@@ -31,6 +31,8 @@ RUN_ELSEWHERE = {
     "quickstart.ipynb": "tests/notebook/test_papermill.py::test_quickstart_under_papermill_is_small_and_clean",
     "your_own_task.ipynb": "tests/notebook/test_your_own_task.py::test_your_own_task_under_papermill",
     "hyperpod_quickstart.ipynb": "tests/hyperpod/test_hyperpod_notebook.py::test_papermill_dry_run",
+    "evaluate_and_serve.ipynb": "tests/vllm/test_evaluate_and_serve_notebook.py::"
+                                "test_evaluate_and_serve_notebook_runs_headless",
 }
 #: Notebooks this module runs: notebook -> the test function below that runs it.
 RUN_HERE = {
