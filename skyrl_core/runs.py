@@ -545,7 +545,8 @@ open = open_run  # noqa: A001
 
 
 def list_runs(run_root: str | os.PathLike[str] = "~/skyrl-runs") -> RunList:
-    """Every run under ``run_root``, newest first, with state, steps and last reward.
+    """Every run under ``run_root``, newest first, with state, steps and last reward (evaluations' stores, which
+    live beside the runs, are not runs: ``skyrl_core.eval_store.open_eval`` reads them).
 
     ``run_root`` is a local folder or an object-store URL (``s3://bucket/prefix``). One bad entry never
     hides the others: a run with damaged files is listed with what could be read (state ``damaged`` when
@@ -573,6 +574,8 @@ def run_summary(run_dir: str | os.PathLike[str]) -> RunSummary | None:
                           warnings=(f"{reader.run_id} cannot be read ({why}); skipped",))
     try:
         if not reader.exists():
+            return None
+        if "evaluation" in reader.config():  # an evaluation's store (skyrl_core.eval_config.SECTION): not a run
             return None
         return dataclasses.replace(reader.summary(), reward=reader.reward_change())
     except Exception as err:  # damage nobody foresaw: this run says so, the others are still listed

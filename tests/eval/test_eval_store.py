@@ -100,6 +100,9 @@ def test_engine_writes_and_notebook_reads_a_local_eval_store(tmp_path: Path) -> 
     RunWriter(run).write_config(load_config("quickstart"))
     with pytest.raises(FileNotFoundError, match="is not an eval store"):
         open_eval(run)  # a run store is not an eval store
+    from skyrl_core.runs import list_runs
+
+    assert [r.run_id for r in list_runs(tmp_path)] == ["a-run"]  # evaluations live beside runs, not as runs
 
 
 def test_an_eval_store_on_s3(s3: Any) -> None:
