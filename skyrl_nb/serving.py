@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import secrets
 import shlex
 import socket
@@ -286,10 +287,7 @@ class Server:
         refused = self._marked(text, ERROR_MARKER)
         if isinstance(refused, str):
             return refused
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        errors = [line for line in lines if "Error" in line.split(":", 1)[0]]
-        last = (errors or lines or ["no output"])[-1]
-        return f"the server's job {self.submission_id} ended {state.lower()} before it answered: {last[:300]}"
+        return f"the server's job {self.submission_id} ended {state.lower()} before it answered: {last_error(text)}"
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -430,6 +428,20 @@ class Server:
         body = "".join(f"<tr><td style='text-align:left;padding-right:1em'><b>{k}</b></td>"
                        f"<td style='text-align:left'>{v}</td></tr>" for k, v in rows)
         return f"<div><b>Server</b> (vLLM, OpenAI API)<table>{body}</table></div>"
+
+
+def last_error(text: str) -> str:
+    """The last ``...Error: ...`` line of a log (else its last line), up to 300 characters; a pydantic error's count
+    line ("1 validation error for ModelConfig", vLLM's refusal of its settings) with the line that says which."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if "Error" in line.split(":", 1)[0]]
+    if not errors:
+        return (lines or ["no output"])[-1][:300]
+    at = errors[-1]
+    found = lines[at]
+    if re.search(r"\d+ validation errors? for ", found) and at + 1 < len(lines):
+        found += " " + lines[at + 1 + (at + 2 < len(lines) and lines[at + 1].isidentifier())]
+    return found[:300]
 
 
 def _zombie(pid: int) -> bool:

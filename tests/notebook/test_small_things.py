@@ -135,3 +135,19 @@ def test_demo_executor_kernel_is_not_plain_tcp(tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout.strip().endswith("42"), out.stderr[-3000:]
     # ipykernel's "Kernel is running over TCP without encryption ..." (every `make demo` before)
     assert "without encryption" not in out.stderr and "WARNING" not in out.stderr, out.stderr
+
+
+def test_a_server_that_ends_before_answering_names_the_line_that_says_why() -> None:
+    """vLLM refuses its settings with a pydantic error whose first line only counts ("1 validation error for
+    ModelConfig"): the one line a failed `skyrl_nb.serve` gives carries the next line too, which says which."""
+    from skyrl_nb.serving import last_error
+
+    log = ("INFO starting\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+           "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+           "  Value error, User-specified max_model_len (512) is greater than the derived max_model_len (256)\n"
+           "    For further information visit https://errors.pydantic.dev/2.14/v/value_error\n")
+    assert last_error(log) == ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig "
+                               "Value error, User-specified max_model_len (512) is greater than the derived "
+                               "max_model_len (256)")
+    assert last_error("a\nRuntimeError: boom\nshutting down") == "RuntimeError: boom"
+    assert last_error("just a line\n") == "just a line" and last_error("") == "no output"
