@@ -16,7 +16,9 @@ a process cannot report its own death, so ``lost`` is sent by the notebook that 
 
 Once per event: an alert's key is its kind and step (:func:`alert_key`); once sent, an ``alert`` event with the
 key goes into events.jsonl, and every sender reads those first (:func:`sent_keys`), so a resumed run or a second
-notebook does not send it again. A send that fails is a ``warning`` event; it never fails the run.
+notebook does not send it again. The event holds its step as ``at_step``, not ``step``: a resume forgets the
+events of the steps it trains again, but keeps those without a step. A send that fails is a ``warning`` event;
+it never fails the run.
 """
 
 from __future__ import annotations
@@ -122,8 +124,9 @@ def sent_keys(events: Iterable[Mapping[str, Any]]) -> set[str]:
     return {str(e["key"]) for e in events if e.get("kind") == "alert" and e.get("key")}
 
 
-_HEADLINES = {AlertKind.FAILED: "failed", AlertKind.LOST: "was lost", AlertKind.STALLED: "stalled",
-              AlertKind.REWARD_COLLAPSE: "reward collapsed"}
+# what each alert says happened (words of a message, not a run state)
+_HEADLINES = {AlertKind.FAILED: "failed", AlertKind.LOST: "was lost",  # not a run state
+              AlertKind.STALLED: "stalled", AlertKind.REWARD_COLLAPSE: "reward collapsed"}
 
 
 def alert_text(kind: str, run_id: str, step: int, detail: str, run_dir: str | None = None) -> tuple[str, str]:
@@ -203,7 +206,7 @@ def alert_lost_run(run_dir: str, why: str, environ: Mapping[str, str] | None = N
         return f"the lost alert was not sent ({type(err).__name__}: {err})"
     where = describe(webhook, destination)
     try:
-        RunWriter(run_dir).log_event("alert", step=step, alert=AlertKind.LOST.value, key=key, to=where, text=text)
+        RunWriter(run_dir).log_event("alert", at_step=step, alert=AlertKind.LOST.value, key=key, to=where, text=text)
     except OSError as err:
         return f"the lost alert was sent to {where} but not recorded ({err})"
     return f"the lost alert was sent to {where}"

@@ -21,16 +21,18 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from skyrl_core.choices import Stage
+from skyrl_core.choices import Phase, Stage
 from skyrl_core.lifecycle import RunLifecycle
 from skyrl_core.metric_names import REWARD_KEY, REWARD_STD_KEY, pass_at_key
 from skyrl_core.run_files import trajectory_row
 from skyrl_core.store import is_url
 from skyrl_engine import algorithms, checkpoint
+from skyrl_engine.alerts import RunAlerts
 from skyrl_engine.critic import needs_critic
 from skyrl_engine.dapo import DynamicSampler
 from skyrl_engine.generator import ground_truth_text
 from skyrl_engine.tasks import PromptLoader
+from skyrl_engine.telemetry import Telemetry, in_phase
 from skyrl_engine.types import GeneratorOutput, PromptRow, TrainBatch, step_seed
 
 if TYPE_CHECKING:
@@ -167,6 +169,10 @@ class RLTrainer:
         self.global_step = 0
         #: status (with a heartbeat while training), the started / resumed / finished events, the end once
         self.life = RunLifecycle(writer)
+        #: the phase and step gauges in Ray's metrics export (telemetry.py; in memory until train() starts them)
+        self.telemetry = Telemetry(str(cfg.run.run_id), self.total_steps)
+        #: trainer.alerts (alerts.py), from train() on when a webhook is set
+        self.alerts: RunAlerts | None = None
 
     def _rank_records(self) -> dict[str, Any]:
         """A policy or critic on several ranks: each rank's ``{rank, strategy, node_id, pid}`` by role."""
@@ -245,9 +251,11 @@ class RLTrainer:
             raise ResumeRefused(refusal)
         self.writer.write_config(self.cfg)
         self.life.running(step=0, total_steps=self.total_steps)
+        self._start_watching()
         try:
             start = self.restore()
             self.global_step = start
+            self._start_alerts(start)
             self.life.running(step=start, total_steps=self.total_steps)
             if start == 0:
                 started = {**started, **self._rank_records(), "policy_parameters": self.workers.policy_parameters()}
@@ -268,7 +276,28 @@ class RLTrainer:
             return last
         finally:
             self.life.close()
+            self._stop_watching()
 
+    def _start_watching(self) -> None:
+        """The Ray gauges (telemetry.py): at once where Ray is up, else joined in the background in a Ray job."""
+        self.telemetry = Telemetry.start(str(self.cfg.run.run_id), self.total_steps)
+        self.writer.metric_listeners.append(self.telemetry.observe)
+
+    def _start_alerts(self, start: int) -> None:
+        """``trainer.alerts`` once the restored step is known (alerts.py; a resume keeps what was sent)."""
+        self.alerts = RunAlerts.start(self.cfg, self.writer, start)
+        if self.alerts is not None:
+            self.writer.metric_listeners.append(self.alerts.observe)
+
+    def _stop_watching(self) -> None:
+        for listener in (self.telemetry.observe, self.alerts.observe if self.alerts else None):
+            if listener in self.writer.metric_listeners:
+                self.writer.metric_listeners.remove(listener)
+        self.telemetry.close()
+        if self.alerts is not None:
+            self.alerts.stop()
+
+    @in_phase(Phase.EVAL)
     def evaluate(self, step: int) -> dict[str, float]:
         """Eval on the val rows with the eval sampling params (seeded by step)."""
 
@@ -288,11 +317,12 @@ class RLTrainer:
         with timed(timings, "generate"):
             out = self.generate_step(step)
         metrics, advantages_BT = self.train_on(step, out, timings)
-        with timed(timings, "sync_weights"):
+        with timed(timings, "sync_weights"), self.telemetry.phase(Phase.SYNC):
             self.workers.sync_weights()
         timings["step"] = time.perf_counter() - started
         return self.finish_step(step, out, advantages_BT, metrics, timings)
 
+    @in_phase(Phase.GENERATE)
     def generate_step(self, step: int) -> GeneratorOutput:
         """Sample and score the batch of ``step`` with the generator's current weights."""
 
@@ -307,6 +337,7 @@ class RLTrainer:
             return generate(rows, g.n_samples_per_prompt, self.sampling, seed)
         return self.dapo.sample(generate, rows, g.n_samples_per_prompt, self.sampling, seed)
 
+    @in_phase(Phase.TRAIN)
     def train_on(self, step: int, out: GeneratorOutput, timings: dict[str, float]) -> tuple[dict[str, Any], Any]:
         """Advantages and the policy update on one step's rollouts; return ``(metrics, advantages_BT)``.
 
@@ -359,6 +390,7 @@ class RLTrainer:
     def _due(self, interval: int, step: int) -> bool:
         return interval is not None and interval > 0 and (step % interval == 0 or step == self.total_steps)
 
+    @in_phase(Phase.CHECKPOINT)
     def save_checkpoint(self, step: int, metrics: dict[str, Any]) -> str:
         """Write ``global_step_<step>`` atomically and point the latest file at it; returns where it is.
 
@@ -390,6 +422,8 @@ class RLTrainer:
         whether a resume can help (``RunLifecycle.failed``)."""
         self.life.step = self.global_step
         self.life.failed(err, traceback.format_exc())
+        if self.alerts is not None:  # after the failure is recorded: a slow webhook cannot hide it
+            self.alerts.failed(err, self.global_step + 1)
 
     def stopped(self) -> None:
         """Record a requested stop."""
