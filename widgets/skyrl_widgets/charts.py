@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 
+from skyrl_widgets._static import STATIC
 from skyrl_widgets.dashboard import (
     EVAL_COLOUR,
     PASS_COLOUR,
@@ -39,7 +39,6 @@ from skyrl_widgets.dashboard import (
     timing_parts,
 )
 
-STATIC = Path(__file__).parent / "static"
 #: Most points one series sends to the browser (evenly thinned beyond that, last point kept).
 MAX_POINTS = 600
 
@@ -55,7 +54,7 @@ class MetricChart(anywidget.AnyWidget):
     point's step to `on_click` callbacks.
     """
 
-    _esm = STATIC / "charts.js"
+    _esm = STATIC / "charts.js"  # uses nothing of dom.js or base.css
     _css = STATIC / "charts.css"
 
     title = traitlets.Unicode("").tag(sync=True)

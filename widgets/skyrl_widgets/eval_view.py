@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import anywidget
@@ -25,10 +24,10 @@ import traitlets
 from skyrl_core.eval_stats import GAINED, LOST
 from skyrl_core.frontend import widget_frontend
 
+from ._static import css, esm
 from .dashboard import PALETTE
 from .inspector_data import chat_turns
 
-_STATIC = Path(__file__).parent / "static"
 Loader = Callable[[int], dict[str, Any]]
 
 
@@ -40,8 +39,8 @@ class EvalPromptView(anywidget.AnyWidget):
     ``prompts`` lists ``{"prompt_index", "change"}`` (gained / lost / both / neither) to step through.
     """
 
-    _esm = _STATIC / "eval_view.js"
-    _css = _STATIC / "eval_view.css"
+    _esm = esm("eval_view")
+    _css = css("eval_view")
 
     title = traitlets.Unicode("").tag(sync=True)
     prompts = traitlets.List(traitlets.Dict()).tag(sync=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import html
 import os
 import threading
-from pathlib import Path
 from typing import Any
 
 import anywidget
@@ -26,9 +25,9 @@ from skyrl_core.choices import ReadState, RunState
 from skyrl_core.frontend import widget_frontend
 from skyrl_core.runs import RunReader
 
+from ._static import css, esm
 from .inspector_data import DEFAULT_FILTERS, SORTS, TrajectoryData
 
-_STATIC = Path(__file__).parent / "static"
 _LIVE_STATES = (RunState.PENDING, RunState.RUNNING)
 
 
@@ -60,8 +59,8 @@ class TrajectoryInspector(anywidget.AnyWidget):
     while the run is pending or running, ``0`` = off) makes a kernel thread pick up new parts.
     """
 
-    _esm = _STATIC / "inspector.js"
-    _css = _STATIC / "inspector.css"
+    _esm = esm("inspector")
+    _css = css("inspector")
 
     run_id = traitlets.Unicode("").tag(sync=True)
     state = traitlets.Unicode("").tag(sync=True)

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 
-_STATIC = Path(__file__).parent / "static"
+from ._static import css, esm
 
 #: What Run reports: the prompt, the ground truth ('' for none) and the index of the example picked (-1: none).
 RunCallback = Callable[[str, str, int], None]
@@ -34,8 +33,8 @@ class PlaygroundView(anywidget.AnyWidget):
     makes the browser count the seconds since it began.
     """
 
-    _esm = _STATIC / "playground.js"
-    _css = _STATIC / "playground.css"
+    _esm = esm("playground")
+    _css = css("playground")
 
     title = traitlets.Unicode("Playground").tag(sync=True)
     models = traitlets.List(traitlets.Unicode()).tag(sync=True)

@@ -11,7 +11,6 @@ run store and the job, and acts on the buttons it reports (`on_action`). The sam
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anywidget
@@ -19,7 +18,8 @@ import traitlets
 
 from skyrl_core.choices import RunState
 
-_STATIC = Path(__file__).parent / "static"
+from ._static import STATIC, esm
+
 #: What the buttons may ask for.
 ACTIONS = ("stop", "resume", "new_run", "logs")
 
@@ -32,8 +32,8 @@ class RunHeader(anywidget.AnyWidget):
     form shows them); ``logs`` the text shown while ``logs_open``.
     """
 
-    _esm = _STATIC / "run_header.js"
-    _css = _STATIC / "run_header.css"
+    _esm = esm("run_header")
+    _css = STATIC / "run_header.css"
 
     run_id = traitlets.Unicode("").tag(sync=True)
     state = traitlets.Unicode(RunState.PENDING.value).tag(sync=True)

@@ -1,5 +1,6 @@
 // Trajectory inspector: the browser half of skyrl_widgets.TrajectoryInspector (anywidget, no build).
 // The kernel sends one page of groups in `view`; everything here is drawing and sending choices back.
+// `h` and `rewardColour` are dom.js's (skyrl_widgets._static.esm puts it before this file).
 
 const ROLE_CLASS = {
   user: "user", system: "system", assistant: "assistant",
@@ -12,32 +13,11 @@ const SORT_LABELS = {
   std_desc: "reward spread ↓", length_desc: "length ↓", discarded_first: "discarded first",
 };
 
-function h(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k === "class") node.className = v;
-    else if (k === "style") node.style.cssText = v;
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) {
-    if (c === undefined || c === null || c === false) continue;
-    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return node;
-}
-
 const fmt = (x, d = 2) => (x === null || x === undefined || Number.isNaN(x) ? "–" : Number(x).toFixed(d));
 const signed = (x, d = 2) => (x === null || x === undefined ? "–" : (x > 0 ? "+" : "") + Number(x).toFixed(d));
 
 // Colours are JupyterLab's theme variables mixed over the page, so text keeps the theme's own colour
-// (readable in light and dark): a reward chip runs from the error colour (0) to the success colour (1).
-function rewardColour(r) {
-  if (r === null || r === undefined) return "var(--sk-muted-bg)";
-  const t = Math.round(100 * Math.max(0, Math.min(1, r)));
-  return `color-mix(in srgb, color-mix(in srgb, var(--jp-success-color1, #388e3c) ${t}%, var(--jp-error-color1, #d32f2f)) 30%, transparent)`;
-}
+// (readable in light and dark); a reward's badge is dom.js's rewardColour.
 
 // Every token gets a colour (at least a faint one), so a heatmap covers the whole completion:
 // log-prob: likely tokens green, unlikely red; advantage: positive green, negative red, zero grey.

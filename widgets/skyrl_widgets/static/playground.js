@@ -1,21 +1,6 @@
 // The playground (skyrl_widgets.playground.PlaygroundView): the boxes and Run are made once (typing is never
 // interrupted by a redraw); the status line and the answer panes are redrawn from the traits.
-function h(tag, cls, ...children) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  for (const c of children.flat()) {
-    if (c === null || c === undefined || c === false) continue;
-    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return node;
-}
-
-// as the inspector's reward badge: red at 0, green at 1, a tint over the page so the text keeps its colour
-function rewardColour(r) {
-  if (r === null || r === undefined || Number.isNaN(r)) return "var(--sk-muted-bg)";
-  const t = Math.round(100 * Math.max(0, Math.min(1, r)));
-  return `color-mix(in srgb, color-mix(in srgb, var(--jp-success-color1, #388e3c) ${t}%, var(--jp-error-color1, #d32f2f)) 30%, transparent)`;
-}
+// `h` and `rewardColour` are dom.js's (skyrl_widgets._static.esm puts it before this file).
 
 const fmt = (r) => Number(r).toFixed(3).replace(/\.?0+$/, "") || "0";
 

@@ -1,13 +1,5 @@
 // The run header (skyrl_widgets.run_header.RunHeader): draws its traits, reports button presses.
-function h(tag, cls, ...children) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  for (const c of children.flat()) {
-    if (c === null || c === undefined || c === false) continue;
-    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return node;
-}
+// `h` is dom.js's (skyrl_widgets._static.esm puts it before this file).
 
 const ACTION_LABELS = { stop: "■ Stop", resume: "▶ Resume", new_run: "↻ New run", logs: "Logs" };
 const ACTION_TITLES = {
