@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import threading
 import time
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -105,6 +106,7 @@ class Job:
     _info: Any = None
     _reader: Any = field(default=None, init=False)
     _early_reason: str | None = field(default=None, init=False)
+    _lost_told: bool = field(default=False, init=False)
 
     # -- the Jobs API ---------------------------------------------------------------------------
 
@@ -144,11 +146,25 @@ class Job:
             return state, run.get("error") or (_ray_reason(info.message, "") if state == RunState.FAILED else None)
         if state == RunState.FAILED:
             said = f" ({_ray_reason(info.message, '')})" if info.message else ""
-            return LOST, f"Ray says the job failed{said}, but the run never recorded an end"
+            return self._lost(f"Ray says the job failed{said}, but the run never recorded an end")
         if state != RunState.RUNNING:
             return state, None
         gone = process_gone(run) if self.cluster.runs_here else None
-        return (LOST, gone) if gone else (state, None)
+        return self._lost(gone) if gone else (state, None)
+
+    def _lost(self, why: str) -> tuple[str, str]:
+        """`lost` and why. The first time this Job finds it, the run's ``trainer.alerts`` hears of it, from a
+        thread (a dashboard polls this): ``skyrl_core.alerts.alert_lost_run``, once per run and step, recorded in
+        its events; its ``env:`` webhook resolved from the job's runtime env, else this kernel's environment."""
+        if not self._lost_told:
+            # urllib.request (and boto3 for SNS) only on this rare path
+            from skyrl_core.alerts import alert_lost_run
+
+            self._lost_told = True
+            environ = {**os.environ, **((self.runtime_env or {}).get("env_vars") or {})}
+            threading.Thread(target=alert_lost_run, args=(self.run_dir, why, environ), name="lost-alert",
+                             daemon=True).start()
+        return LOST, why
 
     def _ended_early(self, info: Any, state: str, run: dict[str, Any]) -> tuple[str, str | None]:
         """`status_detail` for a job Ray says ended while its run says nothing of this submission (``run``:

@@ -179,7 +179,8 @@ def scripted_env(inbox: Inbox, **extra: str) -> dict[str, str]:
     env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(":"),
                SKYRL_ALERTS_WEBHOOK=f"{inbox.url}/hook", SCRIPTED_CONTROL=f"{inbox.url}/hold",
                SCRIPTED_SAMPLES=str(PROMPTS * SAMPLES), SCRIPTED_HOLD_AT=str(HOLD_AT),
-               SCRIPTED_ZERO_FROM=str(ZERO_FROM), SCRIPTED_RAISE_AT=str(RAISE_AT), **extra)
+               SCRIPTED_ZERO_FROM=str(ZERO_FROM), SCRIPTED_RAISE_AT=str(RAISE_AT))
+    env.update(extra)
     return env
 
 
