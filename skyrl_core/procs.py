@@ -59,6 +59,33 @@ def children_of(pid: Pid) -> set[int]:
     return {child for child in pids() if parent_pid(child) == parent}
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` still runs. A zombie (exited, not yet reaped by its parent) does not; one that is this
+    process's own child is reaped here. Without ``/proc`` (macOS) a process we may not signal counts as running.
+
+    Who asks: the notebook's local Ray head (``skyrl_nb.cluster.local``) and the engine's model server
+    (``skyrl_engine.serve``), each waiting for what it stopped to be gone.
+    """
+    if pid <= 0:  # 0 and -1 would mean "any child" to waitpid and "the group" to kill
+        return False
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return False
+    except ChildProcessError:  # not our child: its parent reaps it
+        pass
+    try:
+        return (_proc(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def process_group(pgid: int) -> list[int]:
     """The process ids in process group ``pgid`` (a session leader started with ``start_new_session``)."""
     members = []

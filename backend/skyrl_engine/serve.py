@@ -241,30 +241,16 @@ def _stop_tree(proc: subprocess.Popen, grace_s: float = _STOP_GRACE_S) -> None:
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(procs.alive(p) for p in pids):
         proc.poll()
         time.sleep(0.05)
     for pid in pids:
-        if _alive(pid):
+        if procs.alive(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     proc.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 class _Stop(BaseException):  # not an Exception: no `except Exception` on the way may swallow a stop

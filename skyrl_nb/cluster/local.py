@@ -62,21 +62,6 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
-
-
 class LocalCluster(Cluster):
     """A Ray head on this machine, owned by skyrl-nb (see `local()`).
 
@@ -103,7 +88,7 @@ class LocalCluster(Cluster):
     @property
     def running(self) -> bool:
         """Whether the head process is still alive."""
-        return _alive(self.pid)
+        return procs.alive(self.pid)
 
     def shutdown(self, timeout: float = 15.0, grace: float = 3.0) -> None:
         """Stop running jobs (waiting up to ``timeout`` s for them to end, so each run records how it
@@ -131,9 +116,9 @@ class LocalCluster(Cluster):
                 except ProcessLookupError:
                     break
                 deadline = time.time() + wait
-                while time.time() < deadline and _alive(self.pid):
+                while time.time() < deadline and procs.alive(self.pid):
                     time.sleep(0.2)
-                if not _alive(self.pid):
+                if not procs.alive(self.pid):
                     # Daemons of the group may outlive the leader by a moment.
                     try:
                         os.killpg(self.pid, signal.SIGKILL)

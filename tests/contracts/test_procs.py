@@ -63,3 +63,30 @@ def test_renice_tree_and_group(tree: subprocess.Popen) -> None:
 def test_permitted_nice_needs_root_to_go_below_zero() -> None:
     assert procs.permitted_nice(5) == 5
     assert procs.permitted_nice(-10) == (-10 if procs.may_raise_priority() else 0)
+
+
+def test_alive_counts_zombies_as_gone() -> None:
+    """A running child; our own exited child (reaped by the call); a grandchild zombie its parent has not reaped
+    (the model server's case); pids that name no single process. Under 1 s here."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # the parent forks a grandchild that exits at once, and never reaps it
+    parent = subprocess.Popen([sys.executable, "-c", "import os, time\npid = os.fork()\nif pid == 0: os._exit(0)\n"
+                               "print(pid, flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert procs.alive(child.pid) and procs.alive(parent.pid) and procs.alive(os.getpid())
+        zombie = int(parent.stdout.readline())
+        deadline = time.time() + 10
+        while (procs.cmdline(zombie) or procs.started_at(zombie) is not None) and time.time() < deadline:
+            time.sleep(0.02)
+        assert os.path.exists(f"/proc/{zombie}") and not procs.alive(zombie)  # still listed, but gone
+        child.kill()
+        deadline = time.time() + 10
+        while procs.alive(child.pid) and time.time() < deadline:
+            time.sleep(0.02)
+        assert not procs.alive(child.pid) and not os.path.exists(f"/proc/{child.pid}")  # reaped by alive()
+        assert not procs.alive(0) and not procs.alive(-1)
+    finally:
+        for proc in (child, parent):
+            proc.kill()
+            proc.wait()
+        parent.stdout.close()
