@@ -1,13 +1,19 @@
 """The engine's phase and step gauges in Ray's own metrics export (what HyperPod observability scrapes), read from
 a local head's metrics export port while a real run is held in step 5's generation (the shared ``scripted_run``
-of conftest.py: ~50-70 s here, once for this file and test_alerts.py)."""
+of conftest.py: ~30 s here, once for this file and test_alerts.py); the Grafana dashboard's phase panels
+query those names."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import HOLD_AT, STEPS
+
+GRAFANA = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "skyrl-nb.json"
 
 pytestmark = pytest.mark.slow
 
@@ -28,3 +34,8 @@ def test_phase_and_step_gauges_come_through_rays_metrics_export(scripted_run: An
     assert held[("ray_skyrl_tokens_per_second", ())] > 0
     assert held[("ray_skyrl_memory_bytes", (("device", ""), ("kind", "cpu_peak_rss")))] > 0
     assert not any(labels and dict(labels).get("kind", "").startswith("gpu") for _, labels in held)  # CPU: no GPU
+
+    # the Grafana dashboard's phase panels query what Ray exported
+    panels = json.loads(GRAFANA.read_text())["panels"]
+    queried = {n for p in panels for t in p["targets"] for n in re.findall(r"\bray_skyrl_[a-z_]+\b", t["expr"])}
+    assert "ray_skyrl_phase" in queried and queried <= {name for name, _ in held}
