@@ -10,31 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
+from spy_cluster import spy_cluster
 
 from skyrl_core.config import ConfigError, load_config
 from skyrl_core.runs import RunWriter
 from skyrl_core.store import open_store
-
-
-class SpyClient:
-    """Stands in for JobSubmissionClient: records what would have been submitted."""
-
-    def __init__(self) -> None:
-        self.submitted: list[dict[str, Any]] = []
-
-    def submit_job(self, **kwargs: Any) -> str:
-        self.submitted.append(kwargs)
-        return kwargs["submission_id"]
-
-
-def _spy(*, shares_disk: bool) -> Any:
-    from skyrl_nb.cluster.base import Cluster
-
-    cluster = Cluster("http://127.0.0.1:9", token="spy-token", name="spy")  # no dashboard: versions unknown
-    cluster._client_obj = SpyClient()
-    cluster.shared_paths = ("/",) if shares_disk else ()
-    cluster.code = "installed" if shares_disk else "ship"
-    return cluster
 
 
 def _run(location: str, steps: list[int], *overrides: str) -> str:
@@ -63,7 +43,7 @@ def test_bad_input_is_one_line_naming_the_argument_and_nothing_is_submitted(tmp_
     runs = tmp_path / "runs"
     run = _run(str(runs / "my-run"), [2, 4])
     bare = _run(str(runs / "no-ckpt"), [])
-    cluster = _spy(shares_disk=True)
+    cluster = spy_cluster(shares_disk=True)
     no_answers = pd.DataFrame({"question": ["1+1", "2+2"]})
     cases = [
         (dict(models=["my-ru"]), "models: 'my-ru' is no run, export, model directory or built-in model here"),
@@ -105,7 +85,7 @@ def test_held_out_rows_in_the_runs_own_shape_need_no_columns(tmp_path: Path) -> 
 
     mapped = '{"prompt": "question", "ground_truth": "answer"}'
     run = _run(str(tmp_path / "runs" / "own"), [3], f"data.columns={mapped}")
-    cluster = _spy(shares_disk=True)
+    cluster = spy_cluster(shares_disk=True)
     qa = pd.DataFrame([{"question": f"{a}+{a}", "answer": str(2 * a)} for a in range(3)])
     job = skyrl_nb.evaluate([run], qa, cluster=cluster, wait=False)
     (sent,) = cluster.client.submitted
@@ -124,7 +104,7 @@ def test_a_cluster_sharing_no_disk_gets_a_config_naming_no_local_path(s3: Any, t
 
     root = f"s3://{s3.bucket}/evals-{tmp_path.name}"
     run = _run(f"{root}/my-run", [4])
-    cluster = _spy(shares_disk=False)
+    cluster = spy_cluster(shares_disk=False)
     qa = pd.DataFrame([{"question": f"{a}+{a}", "answer": str(2 * a)} for a in range(4)])
     job = skyrl_nb.evaluate({"base": "builtin://tiny-qwen2", "trained": run}, qa,
                             columns={"prompt": "question", "ground_truth": "answer"}, reward=exact, n=2, pass_at=[1, 2],

@@ -57,31 +57,13 @@ def nb_env(nb_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return nb_home
 
 
-class SpyClient:
-    """Stands in for JobSubmissionClient and records what would have been submitted."""
-
-    def __init__(self) -> None:
-        self.submitted: list[dict[str, Any]] = []
-
-    def submit_job(self, **kwargs: Any) -> str:
-        self.submitted.append(kwargs)
-        return kwargs["submission_id"]
-
-    def list_jobs(self) -> list[Any]:
-        return []
-
-
 @pytest.fixture()
 def spy_cluster() -> Any:
-    """A `Cluster` whose submissions are recorded, not sent."""
-    from skyrl_nb.cluster.base import Cluster
+    """A `Cluster` whose submissions are recorded, not sent; as a cluster on this machine would be, it sees this
+    disk (no probe job) and has the engine installed."""
+    import spy_cluster as spy
 
-    cluster = Cluster("http://127.0.0.1:9", token="spy-token", name="spy")
-    cluster._client_obj = SpyClient()
-    # as a cluster on this machine would be: it sees this disk (no probe job) and has the engine installed
-    cluster.shared_paths = ("/",)
-    cluster.code = "installed"
-    return cluster
+    return spy.spy_cluster(shares_disk=True)
 
 
 @pytest.fixture()
