@@ -26,9 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -158,6 +156,9 @@ def send(destination: str, subject: str, text: str, timeout_s: float = 5.0) -> N
 
 
 def _post(url: str, text: str, timeout_s: float) -> None:
+    import urllib.error  # http's machinery (ssl, http.client) only when an alert goes out: the config imports this
+    import urllib.request
+
     body = json.dumps({"text": text}).encode()
     request = urllib.request.Request(url, data=body, method="POST",
                                      headers={"Content-Type": "application/json", "User-Agent": "skyrl-nb-alerts"})
