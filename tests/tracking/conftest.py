@@ -205,7 +205,7 @@ class ScriptedRun:
 
 @pytest.fixture(scope="session")
 def scripted_run(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The run described in the module docstring, once per session (~50-70 s here)."""
+    """The run described in the module docstring, once per session (~25-35 s here: the head ~5-10 s, the run ~15 s)."""
     pytest.importorskip("ray")
     started = time.monotonic()
     run_root = tmp_path_factory.mktemp("scripted-runs")
