@@ -1,5 +1,5 @@
 """Running ``python -m skyrl_engine train`` from tests: start, finish, run to the end, kill -9 after a
-checkpoint.
+checkpoint; and a tiny run trained in the test's own process (``train_in_process``).
 
 Shared by the engine, critic, async and vLLM CLI tests (``tests/`` is on sys.path through its conftest).
 """
@@ -64,6 +64,27 @@ def kill_after_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int, time
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def train_in_process(run_root: Path, run_id: str, model: str, steps: int, *overrides: str) -> Path:
+    """``steps`` steps of the quickstart preset on ``model``, trained in this process (no Ray, no subprocess; a few
+    seconds for the tiny model): 2 prompts a step, 2 samples each, 4 new tokens, no evaluation, a checkpoint after
+    every step; ``overrides`` after those. Returns the run's folder."""
+    from skyrl_core.config import load_config
+    from skyrl_engine.build import build
+
+    cfg = load_config("quickstart", [
+        f"trainer.policy.model.path={model}", f"run.run_root={run_root}", f"run.run_id={run_id}",
+        "trainer.train_batch_size=2", "trainer.policy_mini_batch_size=2", "trainer.micro_train_batch_size_per_gpu=4",
+        "generator.n_samples_per_prompt=2", f"trainer.max_training_steps={steps}", "trainer.eval_interval=0",
+        "trainer.eval_before_train=false", "trainer.ckpt_interval=1", "trainer.num_threads=1",
+        "generator.sampling_params.max_generate_length=4", *overrides])
+    engine = build(cfg, model_path=model, val_rows=[], in_process=True)
+    try:
+        engine.train()
+    finally:
+        engine.shutdown()
+    return Path(cfg.run_dir)
 
 
 def distinct_prompts(dataset: str, n: int) -> list[list[dict[str, str]]]:

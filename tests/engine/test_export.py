@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_runs import distinct_prompts
+from engine_runs import distinct_prompts, train_in_process
+from fake_aws import use_fake_credentials
 
 from skyrl_engine.export import ExportError, export_model
 
@@ -24,24 +25,9 @@ ARTIFACTS = {"optim_world_size_1_rank_0.pt", "extra_state_world_size_1_rank_0.pt
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
     """A finished two-step run of the tiny model with checkpoints at steps 1 and 2 (~5 s)."""
-    from skyrl_core.config import load_config
-    from skyrl_engine.build import build
-
-    cfg = load_config("quickstart", [
-        f"trainer.policy.model.path={tiny_model_dir}", f"run.run_root={tmp_path_factory.mktemp('runs')}",
-        "run.run_id=unit", "trainer.train_batch_size=2", "trainer.policy_mini_batch_size=2",
-        "trainer.micro_train_batch_size_per_gpu=4", "generator.n_samples_per_prompt=2",
-        f"trainer.max_training_steps={STEPS}", "trainer.eval_interval=0", "trainer.eval_before_train=false",
-        "trainer.ckpt_interval=1", "trainer.num_threads=1", "generator.sampling_params.max_generate_length=4",
-        "trainer.policy.optimizer_config.lr=1e-2",
-        "trainer.algorithm.use_entropy_loss=true",  # a gradient even when every reward ties: the steps differ
-    ])
-    engine = build(cfg, model_path=tiny_model_dir, val_rows=[], in_process=True)
-    try:
-        engine.train()
-    finally:
-        engine.shutdown()
-    return cfg.run_dir
+    # the entropy loss: a gradient even when every reward ties, so the two steps' weights differ
+    return train_in_process(tmp_path_factory.mktemp("runs"), "unit", tiny_model_dir, STEPS,
+                            "trainer.policy.optimizer_config.lr=1e-2", "trainer.algorithm.use_entropy_loss=true")
 
 
 def _policy(run_dir: Path, step: int) -> Path:
@@ -243,12 +229,7 @@ def test_s3_upload_lands_every_file_and_loads_back(run_dir, tmp_path, monkeypatc
     from transformers import AutoModelForCausalLM
 
     secret = "fake-secret-key-for-moto-0123456789"
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEFORMOTO")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    use_fake_credentials(monkeypatch, "AKIAFAKEFORMOTO", secret)
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket="models")

@@ -59,13 +59,9 @@ def crd_schema() -> dict[str, Any]:
 @pytest.fixture(autouse=True)
 def fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fake credentials for moto and the signer; no real AWS config is read."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET_KEY)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    from fake_aws import use_fake_credentials
+
+    use_fake_credentials(monkeypatch, FAKE_ACCESS_KEY, FAKE_SECRET_KEY, REGION)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_runs import train_in_process
+from fake_aws import use_fake_credentials
 
 from skyrl_nb.model_registry import Registration, RegistrationError, default_image, register
 
@@ -34,14 +36,7 @@ SUMMARY = {"models": {"base": {"n_prompts": 8, "pass@1": 0.25, "pass@1_ci": [0.0
 @pytest.fixture(autouse=True)
 def fake_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fake credentials for moto; no real AWS config is read and no endpoint override leaks in."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(name, raising=False)
+    use_fake_credentials(monkeypatch, ACCESS_KEY, SECRET_KEY, REGION)
 
 
 @pytest.fixture
@@ -372,21 +367,7 @@ def test_a_failure_after_uploading_removes_what_this_call_made(export_dir: Path)
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: str) -> Path:
     """A finished one-step run of the tiny model with a checkpoint (~4 s)."""
-    from skyrl_core.config import load_config
-    from skyrl_engine.build import build
-
-    cfg = load_config("quickstart", [
-        f"trainer.policy.model.path={tiny_model_dir}", f"run.run_root={tmp_path_factory.mktemp('runs')}",
-        "run.run_id=reg", "trainer.train_batch_size=2", "trainer.policy_mini_batch_size=2",
-        "trainer.micro_train_batch_size_per_gpu=4", "generator.n_samples_per_prompt=2",
-        "trainer.max_training_steps=1", "trainer.eval_interval=0", "trainer.eval_before_train=false",
-        "trainer.ckpt_interval=1", "trainer.num_threads=1", "generator.sampling_params.max_generate_length=4"])
-    engine = build(cfg, model_path=tiny_model_dir, val_rows=[], in_process=True)
-    try:
-        engine.train()
-    finally:
-        engine.shutdown()
-    return cfg.run_dir
+    return train_in_process(tmp_path_factory.mktemp("runs"), "reg", tiny_model_dir, 1)
 
 
 @pytest.mark.slow
