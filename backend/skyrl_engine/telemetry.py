@@ -94,6 +94,10 @@ class Telemetry:
             telemetry._turn_on()
         elif is_submitted_job():
             telemetry.state = "joining"
+            # imported here, in the caller's thread: a first `import ray` in the join thread raced the trainer's
+            # own (checkpoint.on_every_node on resume), which then got a partially initialized module
+            import ray  # noqa: F401
+
             telemetry._joining = threading.Thread(target=telemetry._join, name="ray-metrics-join", daemon=True)
             telemetry._joining.start()
         return telemetry
