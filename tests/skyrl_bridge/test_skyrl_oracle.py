@@ -280,7 +280,7 @@ def test_the_changes_are_the_stated_ones(skyrl_side: dict) -> None:
     assert "trainer.logger" not in changed and t.overrides["trainer.logger"] == "console"  # the same key and names
     assert {"trainer.num_threads", "trainer.share_prompt_prefix", "run.run_root", "run.run_id", "run.store_token_data",
             "run.engine"} <= set(t.not_sent)
-    assert all(k.startswith(("run.", "reward.")) or k in ("trainer.num_threads", "trainer.share_prompt_prefix",
+    assert all(k.startswith(("run.", "reward.", "trainer.alerts.")) or k in ("trainer.num_threads", "trainer.share_prompt_prefix",
                                                             "data.columns", "environment.shipped") for k in t.not_sent)
     gae_cfg, gae = skyrl_side["translations"]["estimator:gae"]
     assert {c.key: c.sent for c in gae.changed}["trainer.critic.model.path"] == gae_cfg.trainer.policy.model.path
