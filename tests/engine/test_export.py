@@ -229,7 +229,7 @@ def test_s3_upload_lands_every_file_and_loads_back(run_dir, tmp_path, monkeypatc
     from transformers import AutoModelForCausalLM
 
     secret = "fake-secret-key-for-moto-0123456789"
-    use_fake_credentials(monkeypatch, "AKIAFAKEFORMOTO", secret)
+    use_fake_credentials(monkeypatch, "FAKEEXPORTKEYMOTO", secret)
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket="models")

@@ -25,7 +25,7 @@ from skyrl_nb.model_registry import Registration, RegistrationError, default_ima
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
-ACCESS_KEY = "AKIAREGISTRYTEST0001"
+ACCESS_KEY = "FAKEREGISTRYTESTKEY1"  # not AKIA-shaped: secret scanners must not flag it
 SECRET_KEY = "registry-test-secret-0123456789abcdef"
 BUCKET = "skyrl-models-test"
 SUMMARY = {"models": {"base": {"n_prompts": 8, "pass@1": 0.25, "pass@1_ci": [0.0, 0.5], "mean_reward": 0.3},
