@@ -40,9 +40,10 @@ INT_BITS = 64
 
 class _Section(BaseModel):
     # use_enum_values: a section holds plain strings, so it dumps, pickles and compares as before;
-    # allow_inf_nan=False: no float key takes inf or nan (the run would die at step 1)
+    # allow_inf_nan=False: no float key takes inf or nan (the run would die at step 1);
+    # hide_input_in_errors: pydantic's own text never repeats a refused value (a webhook URL carries its token)
     model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True, use_enum_values=True,
-                              validate_default=True, allow_inf_nan=False)
+                              validate_default=True, allow_inf_nan=False, hide_input_in_errors=True)
 
     @field_validator("*", mode="before")
     @classmethod

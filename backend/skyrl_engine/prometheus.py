@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyrl_core.metric_names import REWARD_KEY, REWARD_STD_KEY, pass_at_n
+from skyrl_core.metric_names import EVAL_SCORE_KEY, REWARD_KEY, REWARD_STD_KEY, pass_at_n
 
 #: Every series the exporter serves: name -> (what it is, its labels besides ``run_id``, in order). The Grafana
 #: JSON's panels may name only these.
@@ -42,7 +42,7 @@ SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "skyrl_memory_bytes": ("The driver's memory", ("kind", "device")),
 }
 METRIC_NAMES = tuple(SERIES)
-_SIMPLE = {REWARD_KEY: "skyrl_reward_mean", REWARD_STD_KEY: "skyrl_reward_std", "eval/all/avg_score": "skyrl_eval_score",
+_SIMPLE = {REWARD_KEY: "skyrl_reward_mean", REWARD_STD_KEY: "skyrl_reward_std", EVAL_SCORE_KEY: "skyrl_eval_score",
            "trainer/tokens_per_second": "skyrl_tokens_per_second"}
 
 

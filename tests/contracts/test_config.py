@@ -132,3 +132,15 @@ def test_async_takes_token_tis_unless_the_config_says_otherwise(tmp_path):
     saved = tmp_path / "job.yaml"
     saved.write_text(load_config("quickstart", [*apart, "trainer.async_one_step=true"]).to_yaml())
     assert tis(load_config(str(saved))) == "token"
+
+
+def test_pydantics_own_text_never_repeats_a_refused_webhook_url() -> None:
+    """A webhook URL carries its token: refused as trainer.alerts.webhook, it must not come back in the
+    ValidationError's text (pydantic adds input_value=... unless told not to) when a section is built directly."""
+    import pydantic
+
+    from skyrl_core.config import JobConfig
+
+    with pytest.raises(pydantic.ValidationError) as refused:
+        JobConfig(trainer={"alerts": {"webhook": "https://hooks.slack.com/services/T0/B0/SECRETTOKEN"}})
+    assert "SECRETTOKEN" not in str(refused.value) and "trainer.alerts.webhook" in str(refused.value)
