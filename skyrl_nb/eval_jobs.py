@@ -256,12 +256,12 @@ def _try_rewards(cfg: JobConfig, inputs: Any) -> None:
 
 
 def _check_locations(cluster: Cluster, found: list[FoundModel]) -> None:
-    """A run or export on this notebook's disk must be one the cluster sees (`Cluster.sees`)."""
+    """A run, export or model folder on this notebook's disk must be one the cluster sees (`Cluster.sees`)."""
     from skyrl_core.store import is_url
 
     for f in found:
         location = f.model.location
-        if f.model.kind in ("run", "export") and not is_url(location) and os.path.exists(location) \
+        if f.model.kind in ("run", "export", "model") and not is_url(location) and os.path.exists(location) \
                 and not cluster.sees(location):
             raise ConfigError([f"models: {f.model.source!r} is on this notebook's disk ({location}), which the "
                                f"cluster at {cluster.address} cannot see; evaluate a run on s3:// or an export to "

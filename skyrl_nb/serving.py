@@ -180,6 +180,12 @@ def _find(source: Any, step: int | None, cluster: Any) -> tuple[Any, Any]:
     if cluster is None:
         raise ServeError("cluster: give the cluster to serve on (skyrl_nb.cluster.local(), connect(...)); "
                          f"{found.model.source!r} is not a Job that names one")
+    from skyrl_nb.eval_jobs import _check_locations
+
+    try:  # a folder on this notebook's disk the cluster cannot see is refused here, as evaluate refuses it
+        _check_locations(cluster, [found])
+    except ConfigError as err:
+        raise ServeError("export_or_run:" + "; ".join(err.problems).removeprefix("models:")) from None
     return found.model, cluster
 
 

@@ -137,3 +137,26 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in _strings(v)]
     return [value] if isinstance(value, str) else []
+
+
+def test_a_model_folder_only_this_notebook_has_is_refused_for_a_cluster_sharing_no_disk(tmp_path: Path,
+                                                                                       s3: Any) -> None:
+    """A Hugging Face folder on this notebook's disk, given to evaluate or serve on a cluster that cannot see it, is
+    one line before anything is submitted (it used to go out as the notebook's path and fail in the job). The
+    cluster's answer to its probe job (`Cluster.sees`) is set to "no" here: the spy submits nothing."""
+    import os
+
+    import skyrl_nb
+    from skyrl_nb.serving import ServeError
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    cluster = spy_cluster(shares_disk=False)
+    cluster._seen[os.path.realpath(folder)] = False
+    with pytest.raises(ConfigError, match=r"^models: .*is on this notebook's disk .*cannot see"):
+        skyrl_nb.evaluate({"mine": str(folder)}, "builtin://arithmetic/test", cluster=cluster, wait=False,
+                          run_root=f"s3://{s3.bucket}/evals-{tmp_path.name}")
+    with pytest.raises(ServeError, match=r"^export_or_run: .*is on this notebook's disk .*cannot see"):
+        skyrl_nb.serve(str(folder), cluster, wait=False)
+    assert cluster.client.submitted == []
