@@ -133,6 +133,8 @@ _NOT_SENT = {
 _REFUSED_UNLESS_DEFAULT: dict[str, tuple[Any, str]] = {
     "trainer.async_one_step": (False, "SkyRL 0.3.0 has no one-step off-policy schedule; its asynchronous trainer "
                                       "is trainer.fully_async"),
+    "trainer.max_restarts": (0, "the bridge's job has no restart supervisor (skyrl_engine.supervisor); resume by "
+                                "hand with job.resume()"),
     "plugins": ([], "plug-ins register into skyrl-nb's registries, which SkyRL's trainer does not read; register "
                     "with SkyRL's AdvantageEstimatorRegistry / PolicyLossRegistry in a SkyRL entrypoint instead"),
 }
