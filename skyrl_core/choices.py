@@ -15,16 +15,35 @@ from enum import StrEnum
 
 class AdvantageEstimator(StrEnum):
     """The built-in ``trainer.algorithm.advantage_estimator`` names (plug-ins may add more)."""
-    GRPO, RLOO, REINFORCE_PP, GAE = "grpo", "rloo", "reinforce++", "gae"
+    GRPO, RLOO, REINFORCE_PP, GAE, MAXRL = "grpo", "rloo", "reinforce++", "gae", "maxrl"
 
 
-GROUP_ESTIMATORS = frozenset({AdvantageEstimator.GRPO, AdvantageEstimator.RLOO})
+GROUP_ESTIMATORS = frozenset({AdvantageEstimator.GRPO, AdvantageEstimator.RLOO, AdvantageEstimator.MAXRL})
 """Estimators that compare a prompt's samples with each other (they need n_samples_per_prompt >= 2)."""
 
 
 class PolicyLoss(StrEnum):
-    """The built-in ``trainer.algorithm.policy_loss_type`` names (plug-ins may add more)."""
+    """The built-in ``trainer.algorithm.policy_loss_type`` names (plug-ins may add more): the PPO family (regular,
+    dual_clip, gspo, cispo, sapo), the ones weighed by the sampler's log-probs (rollout_is, dppo), the
+    covariance-selected ones (clip_cov, kl_cov) and Tinker's two (cross_entropy, importance_sampling)."""
     REGULAR, DUAL_CLIP, GSPO, CISPO = "regular", "dual_clip", "gspo", "cispo"
+    SAPO, ROLLOUT_IS, DPPO, CLIP_COV, KL_COV = "sapo", "rollout_is", "dppo", "clip_cov", "kl_cov"
+    CROSS_ENTROPY, IMPORTANCE_SAMPLING = "cross_entropy", "importance_sampling"
+
+
+ROLLOUT_LOSSES = frozenset({PolicyLoss.ROLLOUT_IS, PolicyLoss.DPPO})
+"""Losses whose ratio is against the sampler's log-probs (SkyRL's fully async trainer takes only these)."""
+
+
+class DPPOType(StrEnum):
+    """``trainer.algorithm.dppo.dppo_type``: which divergence masks a token (binary total variation or KL)."""
+    BINARY_TV, BINARY_KL = "binary_tv", "binary_kl"
+
+
+class CispoAnchor(StrEnum):
+    """``trainer.algorithm.cispo.cispo_anchor`` (SkyRL 0.4.0): the log-probs CISPO's ratio is against, the
+    trainer's before the update (``old``) or the sampler's (``rollout``)."""
+    OLD, ROLLOUT = "old", "rollout"
 
 
 class LossReduction(StrEnum):

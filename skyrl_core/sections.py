@@ -1,6 +1,7 @@
 """The job config's sections (``trainer``, ``generator``, ...), one pydantic model each, with SkyRL's key names and
 defaults; :class:`skyrl_core.config.JobConfig` holds them. Each section forbids unknown keys and refuses lax
-coercions (a bool for a number, bytes for text, an int past 64 bits)."""
+coercions (a bool for a number, bytes for text, an int past 64 bits). One idea: the schema, every key with its type,
+bound and default, in one place (it grows with SkyRL's keys)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from skyrl_core.alerts import webhook_problem
 from skyrl_core.choices import (
     AlertKind,
     Backend,
+    CispoAnchor,
+    DPPOType,
     DynamicSampling,
     Engine,
     KLController,
@@ -184,8 +187,46 @@ class CriticConfig(_Section):
 
 
 class CispoConfig(_Section):
-    cispo_eps_clip_low: float = Field(0.0, ge=0)
-    cispo_eps_clip_high: float = Field(5.0, ge=0)
+    """CISPO's IS-weight band ``[1 - cispo_eps_clip_low, 1 + cispo_eps_clip_high]``: SkyRL 0.4.0's defaults, [0, 5]
+    (ScaleRL's; SkyRL 0.3.0's were 0.0 and 5.0, [1, 6]). ``cispo_anchor`` (0.4.0): the ratio against the trainer's
+    log-probs before the update (``old``) or the sampler's (``rollout``, then it is the off-policy correction)."""
+
+    cispo_eps_clip_low: float = Field(1.0, ge=0)
+    cispo_eps_clip_high: float = Field(4.0, ge=0)
+    cispo_anchor: CispoAnchor = CispoAnchor.OLD
+
+
+class SapoConfig(_Section):
+    """SAPO's soft gate ``sigmoid(tau (r - 1)) * 4 / tau``: ``tau_pos`` where the advantage is positive, else
+    ``tau_neg``."""
+
+    tau_pos: float = Field(1.0, gt=0)
+    tau_neg: float = Field(1.05, gt=0)
+
+
+class ClipCovConfig(_Section):
+    """Clip-Cov: a random ``clip_ratio`` share of the tokens whose centred advantage x log-prob covariance lies in
+    ``(clip_cov_lb, clip_cov_ub)`` gets no gradient (SkyRL's units: advantages scaled by the loss reduction)."""
+
+    clip_ratio: float = Field(0.0002, ge=0, le=1)
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+
+
+class KLCovConfig(_Section):
+    """KL-Cov: the ``kl_cov_frac`` share of tokens with the largest covariance get ``ppo_kl_coef * |log r|``."""
+
+    kl_cov_frac: float = Field(0.2, ge=0, le=1)
+    ppo_kl_coef: float = Field(1.0, ge=0)
+
+
+class DPPOConfig(_Section):
+    """DPPO: a token whose probability moved from the sampler's by more than ``delta_high`` (positive advantage)
+    or ``delta_low`` (negative), in total variation or binary KL (``dppo_type``), gets no gradient."""
+
+    dppo_type: DPPOType = DPPOType.BINARY_TV
+    delta_low: float = Field(0.2, ge=0)
+    delta_high: float = Field(0.2, ge=0)
 
 
 class DynamicSamplingConfig(_Section):
@@ -250,6 +291,10 @@ class AlgorithmConfig(_Section):
     value_clip: float | None = Field(0.2, gt=0)  # the critic's loss clips V around its pre-update value
     max_seq_len: int | None = Field(None, gt=0)
     cispo: CispoConfig = Field(default_factory=CispoConfig)
+    sapo: SapoConfig = Field(default_factory=SapoConfig)
+    clip_cov: ClipCovConfig = Field(default_factory=ClipCovConfig)
+    kl_cov: KLCovConfig = Field(default_factory=KLCovConfig)
+    dppo: DPPOConfig = Field(default_factory=DPPOConfig)
     off_policy_correction: OffPolicyCorrectionConfig = Field(default_factory=OffPolicyCorrectionConfig)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     overlong_buffer: OverlongBufferConfig = Field(default_factory=OverlongBufferConfig)
