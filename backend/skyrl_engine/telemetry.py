@@ -22,8 +22,8 @@ Only where there is a Ray cluster: a driver already connected (its roles are Ray
 that is not (every role in its process) but runs inside a cluster (a submitted job: ``RAY_ADDRESS``) joins it in
 a background thread, so training never waits for it. A run by hand without a cluster keeps its phase in memory.
 
-vLLM's queue and KV-cache figures are not set here: vLLM's engines run in their own actors and the offline engine
-keeps no cheap running figures (docs/hyperpod.md says what to read instead).
+vLLM's queue and KV-cache figures are set by the engine actors themselves (:mod:`skyrl_engine.vllm_metrics`,
+``ray_skyrl_vllm_*``), where vLLM keeps them.
 """
 
 from __future__ import annotations

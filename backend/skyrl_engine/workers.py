@@ -305,7 +305,9 @@ class Workers:
         kwargs = {"num_threads": int(t.num_threads), "plugins": list(cfg.plugins),
                   "env_configs": env_configs_from_environ() if env_configs is None else env_configs,
                   "colocated": bool(t.placement.colocate_all), "vllm_python": vllm_python, "seed": int(t.seed),
-                  "engine_kwargs": engine_kwargs, "backend": generator_backend,
+                  # vLLM engines tag their queue and KV-cache gauges with the run (skyrl_engine.vllm_metrics)
+                  "engine_kwargs": {"metrics_run_id": cfg.run.run_id, **(engine_kwargs or {})},
+                  "backend": generator_backend,
                   "reward": cfg.reward if cfg.reward.functions else None, "run_dir": str(cfg.run_dir),
                   "shipped_envs": dict(cfg.environment.shipped)}
         if placement is None or uses_vllm(cfg):

@@ -38,4 +38,6 @@ def test_phase_and_step_gauges_come_through_rays_metrics_export(scripted_run: An
     # the Grafana dashboard's phase panels query what Ray exported
     panels = json.loads(GRAFANA.read_text())["panels"]
     queried = {n for p in panels for t in p["targets"] for n in re.findall(r"\bray_skyrl_[a-z_]+\b", t["expr"])}
+    # the vLLM engines' series come from engine actors this torch-sampler run has none of: tests/vllm/test_vllm_gauges.py
+    queried = {n for n in queried if not n.startswith("ray_skyrl_vllm_")}
     assert "ray_skyrl_phase" in queried and queried <= {name for name, _ in held}
