@@ -45,10 +45,12 @@ _KIND_BY_NAME: dict[str, FailureKind] = {
     **dict.fromkeys(("MemoryError", "OutOfMemoryError", "OutOfMemoryException"), FailureKind.OUT_OF_MEMORY),
     **dict.fromkeys(("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError",
                      "NodeDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError", "LocalRayletDiedError",
-                     "PlasmaStoreFull", "ObjectStoreFullError"), FailureKind.WORKER_DIED),
+                     "PlasmaStoreFull", "ObjectStoreFullError", "TrainerDied"), FailureKind.WORKER_DIED),
     **dict.fromkeys(("StopRequested", "KeyboardInterrupt", "ConnectionError", "TimeoutError", "GetTimeoutError",
                      "BrokenPipeError", "OSError"), FailureKind.INTERRUPTED),
 }
+# TrainerDied: the restart supervisor's line for a trainer process killed by a signal before it could say why
+# (skyrl_engine.supervisor): the kernel's OOM killer, a kill -9, a lost node under the driver.
 # The engine's own line for a rank whose process died (skyrl_engine.workers: "PolicyWorker × 2: rank 1 died ..."),
 # and Ray's for a driver killed by a signal ("Job entrypoint command failed with exit code -9")
 _DIED = re.compile(r"\brank \d+ died\b|\bdied unexpectedly\b|\bout of memory\b|\bOOM\b|exit code -\d+|"

@@ -2,6 +2,8 @@
 
     pending ──running (+ heartbeat every few seconds)──▶ succeeded | stopped | failed
                started event (step 0) / resumed event              finished event | error event
+                                         ▲
+    failed, under trainer.max_restarts ──┘ restarted event (the restart supervisor, skyrl_engine.supervisor)
 
 :class:`RunLifecycle` holds the run's :class:`~skyrl_core.runs.RunWriter`: it sets the status under one lock (the
 training thread and the heartbeat thread both write it), keeps a heartbeat while the run trains, so a reader can
@@ -17,6 +19,7 @@ import threading
 from typing import Any
 
 from skyrl_core.choices import RunState
+from skyrl_core.resume import supervisor_pid
 from skyrl_core.runs import RunWriter
 
 HEARTBEAT_S = 5.0
@@ -46,12 +49,13 @@ class RunLifecycle:
             self.writer.set_status(state, **fields)
 
     def running(self, step: int | None = None, **fields: Any) -> None:
-        """The run trains (at ``step``); the first call starts the heartbeat and records this process's pid."""
+        """The run trains (at ``step``); the first call starts the heartbeat and records the job's pid: this
+        process's, or under the restart supervisor the supervisor's, which lives across restarts."""
         if step is not None:
             self.step = int(step)
             fields["step"] = self.step
         if self._beat is None:
-            fields.setdefault("pid", os.getpid())
+            fields.setdefault("pid", supervisor_pid() or os.getpid())
         self.status(RunState.RUNNING, **fields)
         if self._beat is None:
             self._beat = threading.Thread(target=self._heartbeat_loop, name="run-store-heartbeat", daemon=True)
@@ -66,6 +70,14 @@ class RunLifecycle:
         on the run's ``attempt``-th resume."""
         self.writer.log_event("resumed", step=int(from_step), from_step=int(from_step), attempt=int(attempt), **info)
 
+    def restarted(self, from_step: int, attempt: int, error: str, error_kind: str, **info: Any) -> None:
+        """The ``restarted`` event: the run failed with ``error`` (one line; ``error_kind``: a resumable
+        ``skyrl_core.failures.FailureKind``) and the restart supervisor starts its trainer again, the
+        ``attempt``-th time, from the checkpoint of ``from_step`` (0: from the start). Its step is ``from_step``, so
+        the resume's ``truncate_after`` keeps it."""
+        self.writer.log_event("restarted", step=int(from_step), from_step=int(from_step), attempt=int(attempt),
+                              error=error, error_kind=error_kind, **info)
+
     def succeeded(self) -> None:
         """The run trained every step: status succeeded and a ``finished`` event (once)."""
         if self._end(RunState.SUCCEEDED):
@@ -76,14 +88,15 @@ class RunLifecycle:
         if self._end(RunState.STOPPED):
             self.writer.log_event("finished", step=self.step, state=RunState.STOPPED.value)
 
-    def failed(self, err: BaseException, traceback: str | None = None) -> None:
+    def failed(self, err: BaseException, traceback: str | None = None, *, final: bool = True) -> None:
         """The run failed with ``err``: an ``error`` event with the traceback and status failed, both saying
-        whether a resume can help (``RunWriter.record_failure``); once."""
+        whether a resume can help (``RunWriter.record_failure``); once. ``final`` False: the event only, the
+        restart supervisor decides what the status becomes."""
         if self.ended is None:
             self.close()
             self.ended = RunState.FAILED
             with self._lock:
-                self.writer.record_failure(err, self.step, traceback)
+                self.writer.record_failure(err, self.step, traceback, final=final)
 
     def refused(self, message: str) -> None:
         """The run could not start (one line: a refused config, a missing package): status failed, an error event."""

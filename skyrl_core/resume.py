@@ -9,14 +9,19 @@ Two things make a resume pointless or harmful:
   in the run's own code. The same steps run again with the same seeds, so they fail again.
   :func:`skyrl_core.failures.classify_failure` sorts every failure; only faults of the machinery (a worker
   or node that died, out of memory, a lost connection, a stop) are ``resumable``.
+
+``trainer.max_restarts`` applies the same rules without a person: :func:`decide_restart` is what the engine's
+restart supervisor (``skyrl_engine.supervisor``) asks after its trainer process ended.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
+from skyrl_core.failures import Failure
 from skyrl_core.runs import RunReader
 from skyrl_core.store import is_url, open_store
 
@@ -28,6 +33,13 @@ STEP_DIR_RE = re.compile(r"^global_step_(\d+)$")
 ATTEMPT_ENV = "SKYRL_NB_ATTEMPT"
 """The environment variable a resubmission sets to its attempt number (1 for ``<run>-r1``); the engine
 writes it into the ``resumed`` event."""
+SUPERVISOR_ENV = "SKYRL_NB_SUPERVISOR_PID"
+"""Set by the restart supervisor (``skyrl_engine.supervisor``) for the trainer process it runs: the supervisor's
+pid. That trainer records this pid in status.json (the job's process, alive across restarts, so a restart is not
+taken for a lost run) and leaves the final ``failed`` status and the failure alert to the supervisor."""
+#: Exit codes and signals of a trainer that was stopped (SIGTERM: 143, SIGINT: 130), never restarted.
+STOP_EXITS = frozenset({143, 130, -15, -2})
+EXIT_BAD_CONFIG = 2
 
 
 class ResumeRefused(RuntimeError):
@@ -95,3 +107,63 @@ def attempt_from_env(default: int) -> int:
     """The attempt number a resubmission set (``SKYRL_NB_ATTEMPT``), else ``default``."""
     text = os.environ.get(ATTEMPT_ENV, "")
     return int(text) if text.isdigit() else default
+
+
+def supervisor_pid() -> int | None:
+    """The restart supervisor's pid when this process is the trainer it runs (``SUPERVISOR_ENV``), else None."""
+    text = os.environ.get(SUPERVISOR_ENV, "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    """Whether the supervisor starts the trainer again: ``restart``, ``why`` in one line, and when it restarts,
+    ``from_step`` (the checkpoint it resumes from; 0: it starts over, the run having no history) and
+    ``resume_latest`` (``trainer.resume_mode=latest``; False when there is no checkpoint to resume from)."""
+
+    restart: bool
+    why: str
+    from_step: int | None = None
+    resume_latest: bool = False
+
+
+def decide_restart(exit_code: int, failure: Failure | None, *, stopped: bool, restarts_done: int, max_restarts: int,
+                   run_dir: str | os.PathLike[str], ckpt_root: str, ckpt_interval: Any) -> RestartDecision:
+    """Whether a trainer process that ended with ``exit_code`` (negative: killed by that signal) is restarted.
+
+    Never after a success, a stop (``stopped``: the job was asked to stop; or the trainer's exit says so), a
+    refused config (exit 2), a failure that is not ``resumable`` (``failure``: what the trainer recorded, or
+    what its exit means; None: unknown) or once ``max_restarts`` restarts are used. Otherwise from the latest
+    checkpoint in ``ckpt_root``; with none, from step 0 only when the run has no history (else a restart would
+    overwrite it: :func:`no_checkpoint_problem`).
+
+    >>> decide_restart(0, None, stopped=False, restarts_done=0, max_restarts=2, run_dir="/x", ckpt_root="/x/c",
+    ...                ckpt_interval=5).why
+    'the trainer succeeded'
+    """
+    if exit_code == 0:
+        return RestartDecision(False, "the trainer succeeded")
+    if stopped or exit_code in STOP_EXITS:
+        return RestartDecision(False, "the job was stopped; a stop is never restarted")
+    if exit_code == EXIT_BAD_CONFIG:
+        return RestartDecision(False, "the config was refused where the job runs (exit 2); a restart would be too")
+    if failure is None:
+        return RestartDecision(False, f"the trainer exited with code {exit_code} and it is not known why")
+    if not failure.resumable:
+        return RestartDecision(False, f"not restarted: {failure.why}")
+    if restarts_done >= max_restarts:
+        return RestartDecision(False, f"not restarted: trainer.max_restarts={max_restarts} restart(s) used")
+    run_id = str(run_dir).rstrip("/").replace("\\", "/").rpartition("/")[2]
+    try:
+        step = latest_checkpoint(ckpt_root)
+    except FileNotFoundError as err:
+        return RestartDecision(False, f"not restarted: run {run_id}'s checkpoint cannot be read ({err})")
+    if step is not None:
+        return RestartDecision(True, f"restart {restarts_done + 1} of {max_restarts} from the checkpoint of step "
+                                     f"{step}", from_step=step, resume_latest=True)
+    done = history_step(run_dir)
+    if done:
+        return RestartDecision(False, "not restarted: " + no_checkpoint_problem(
+            run_id, ckpt_interval, done, instead="launch it under a new run id"))
+    return RestartDecision(True, f"restart {restarts_done + 1} of {max_restarts} from step 0 (no checkpoint yet, "
+                                 "nothing written to lose)", from_step=0)

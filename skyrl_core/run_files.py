@@ -181,6 +181,7 @@ def _is_number(value: Any) -> bool:
 _STATUS_FIELDS: dict[str, Any] = {
     "state": lambda v: v in STATES, "step": _is_count, "total_steps": _is_count, "heartbeat": _is_number,
     "started_at": _is_number, "ended_at": _is_number, "error": lambda v: isinstance(v, str), "pid": _is_count,
+    "attempt": _is_count, "restarts": _is_count,  # which resume of the run; automatic restarts in this job
 }
 
 

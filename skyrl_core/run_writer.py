@@ -84,7 +84,7 @@ class RunWriter:
                 self._status["error"] = None
                 for name in _FAILURE_FIELDS:  # an earlier attempt's failure is not this one's
                     self._status.pop(name, None)
-        allowed = ("step", "total_steps", "error", "pid", *_FAILURE_FIELDS)
+        allowed = ("step", "total_steps", "error", "pid", "attempt", "restarts", *_FAILURE_FIELDS)
         unknown = set(fields) - set(allowed)
         if unknown:
             raise ValueError(f"status field(s) {sorted(unknown)} are not allowed; allowed: {', '.join(allowed)}")
@@ -93,11 +93,16 @@ class RunWriter:
         self.store.put("status.json", json.dumps(self._status).encode())
         return dict(self._status)
 
-    def record_failure(self, err: BaseException, step: int | None = None, traceback: str | None = None) -> dict[str, Any]:
+    def record_failure(self, err: BaseException, step: int | None = None, traceback: str | None = None, *,
+                       final: bool = True) -> dict[str, Any]:
         """Record that the run failed with ``err`` at ``step`` (None: the step status.json has, e.g. a resume
         that failed before training): an ``error`` event (with the traceback) and status ``failed``, both
         carrying the error line and what it means for a resume (``error_kind``, ``resumable``:
-        ``skyrl_core.resume.classify_failure``). Returns the status written."""
+        ``skyrl_core.resume.classify_failure``). Returns the status written.
+
+        ``final`` False (a trainer under the restart supervisor, ``skyrl_core.resume.SUPERVISOR_ENV``): the
+        ``error`` event only; the supervisor restarts the run or writes the ``failed`` status itself, so no
+        reader takes a run about to restart for an ended one."""
         from skyrl_core.failures import classify_failure
 
         text = f"{type(err).__name__}: {err}"
@@ -105,6 +110,8 @@ class RunWriter:
         at = {} if step is None else {"step": int(step)}
         self.log_event("error", step=at.get("step", self._status.get("step") or 0), error=text, traceback=traceback,
                        **failure)
+        if not final:
+            return self.set_status(None, **at)
         return self.set_status(RunState.FAILED, error=text, **at, **failure)
 
     def reset(self) -> None:

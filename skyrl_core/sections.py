@@ -358,6 +358,9 @@ class TrainerConfig(_Section):
     max_ckpts_to_keep: int = Field(-1, ge=-1)
     resume_mode: ResumeMode = ResumeMode.LATEST
     resume_path: str | None = None
+    # skyrl-nb's: a failure outside the user's code (a lost node, a killed actor or driver, out of memory) restarts
+    # the trainer from its latest checkpoint, up to this many times, without the notebook (skyrl_engine.supervisor)
+    max_restarts: int = Field(0, ge=0, le=1000)
     eval_interval: int = Field(5, ge=-1)
     eval_before_train: bool = True
     eval_batch_size: int = Field(1024, ge=1)

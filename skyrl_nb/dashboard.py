@@ -254,16 +254,23 @@ class Dashboard(JobSteering):
                 f"{model}{err}{skipped}")
 
     def note(self) -> str:
-        """What the header says beside the state: ``resumed from step 30 (attempt 1)`` after a resume, or,
-        once the job ended, why it cannot be resumed (`Job.resume_problem`)."""
+        """What the header says beside the state: ``restarted 1× (ActorDiedError: ...)`` after automatic restarts
+        (``trainer.max_restarts``), ``resumed from step 30 (attempt 1)`` after a resume, or, once the job ended,
+        why it cannot be resumed (`Job.resume_problem`)."""
         if self.finished and self.job is not None and self.state in RESUMABLE_STATES:
             problem = self._resume_problem()
             if problem:
                 return problem
+        restarts = self.series.restarts
+        restarted = ""
+        if restarts:
+            why = list(restarts.values())[-1].strip().splitlines()[-1:] or [""]
+            restarted = f"restarted {len(restarts)}× ({why[0][:100]})"
         if self.series.resumed is None:
-            return ""
+            return restarted
         step, attempt = self.series.resumed
-        return f"resumed from step {step}" + (f" (attempt {attempt})" if attempt else "")
+        resumed = f"resumed from step {step}" + (f" (attempt {attempt})" if attempt else "")
+        return f"{restarted}, {resumed}" if restarted else resumed
 
     # -- following ----------------------------------------------------------------------------
 

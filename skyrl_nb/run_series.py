@@ -26,6 +26,8 @@ class RunSeries:
         """That event's ``detail``, when the engine said more than the stage's name."""
         self.resumed: tuple[int, int | None] | None = None
         """The newest ``resumed`` event: ``(from_step, attempt)`` (attempt None from an older engine)."""
+        self.restarts: dict[Any, str] = {}
+        """The ``restarted`` events (``trainer.max_restarts``): the failure's line by attempt, oldest first."""
 
     def add_rows(self, rows: list[dict[str, Any]]) -> int:
         """Append metric rows (a resumed run may repeat steps: later rows replace earlier ones)."""
@@ -70,7 +72,8 @@ class RunSeries:
 
     def add_events(self, events: list[dict[str, Any]]) -> None:
         """Eval scores reported as events (step 0 for `eval_before_train`), the policy's parameter counts
-        from the `started` event (`model`), the newest `stage` event (`stage`) and `resumed` event (`resumed`)."""
+        from the `started` event (`model`), the newest `stage` event (`stage`) and `resumed` event (`resumed`), the
+        `restarted` events (`restarts`)."""
         for ev in events:
             if ev.get("kind") == "started" and isinstance(ev.get("policy_parameters"), dict):
                 self.model = dict(ev["policy_parameters"])
@@ -78,6 +81,8 @@ class RunSeries:
                 self.stage = (ev["stage"], float(ev.get("time") or time.time()))
                 # the engine's words for what this stage does this time ("building the tiny model (one-time ...)")
                 self.stage_detail = ev["detail"] if isinstance(ev.get("detail"), str) else None
+            if ev.get("kind") == "restarted":  # keyed by attempt: a reader may hand an event over twice
+                self.restarts[ev.get("attempt", ev.get("time"))] = str(ev.get("error") or ev.get("error_kind") or "")
             if ev.get("kind") == "resumed":
                 step, attempt = ev.get("from_step", ev.get("step")), ev.get("attempt")
                 self.resumed = (step if isinstance(step, int) else 0, attempt if isinstance(attempt, int) else None)

@@ -14,6 +14,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 RUN_LAST = ("contracts/test_python312.py", "algorithms/test_parity_skyrl.py", "skyrl_bridge/test_skyrl_oracle.py", "engine/test_tensor_transport.py",
             "async/test_placement_groups.py", "engine/test_combination_matrix.py", "engine/test_data_parallel.py",
+            "engine/test_auto_restart.py",
             "vllm/")
 ENGINE_RAY_CPUS = 4
 

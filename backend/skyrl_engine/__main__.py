@@ -5,6 +5,9 @@
 Exit codes: 0 done (or valid, or exported), 1 the run (or the export) failed (status ``failed``, traceback
 in events.jsonl), 2 the config is invalid or the export's source, step or destination cannot be used
 (one line per problem on stderr, nothing started or written), 143 stopped by SIGTERM (status ``stopped``).
+
+With ``trainer.max_restarts`` > 0, ``train`` is the restart supervisor (``skyrl_engine.supervisor``): it runs
+the trainer as ``train --attempt N`` in a child process and restarts it after a failure outside the user's code.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--config", required=True,
                        help="a preset name (e.g. quickstart), a YAML file, or env:NAME (the YAML in that variable)")
         p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.seed=3")
+        if name == "train":
+            p.add_argument("--attempt", type=int, default=None, help=argparse.SUPPRESS)  # the supervisor's child
     p = sub.add_parser("evaluate", help="evaluate models into an eval store (skyrl_core.eval_store)")
     p.add_argument("--config", required=True,
                    help="an eval job's YAML file (a job config with an evaluation: section), or env:NAME")
@@ -100,14 +105,25 @@ def validate(source: str, overrides: list[str]) -> int:
     return EXIT_OK
 
 
+_stopping = False
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    """The first SIGTERM stops the run; later ones (Ray's stop signals the supervisor and its trainer, and the
+    supervisor passes it on) must not interrupt the stop's own bookkeeping."""
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
     from skyrl_engine.trainer import StopRequested  # the train path only: it imports torch
 
     raise StopRequested(f"signal {signum}")
 
 
-def train(source: str, overrides: list[str]) -> int:
-    """Run a training job to the end; see the module docstring for exit codes."""
+def train(source: str, overrides: list[str], attempt: int | None = None) -> int:
+    """Run a training job to the end; see the module docstring for exit codes. ``attempt`` is given to the
+    trainer the restart supervisor runs (0 the first time); without it a config with ``trainer.max_restarts``
+    > 0 runs the supervisor."""
     from skyrl_core.config import ConfigError
 
     try:
@@ -118,15 +134,20 @@ def train(source: str, overrides: list[str]) -> int:
         return EXIT_BAD_CONFIG
     if cfg.run.run_id is None:
         cfg = cfg.with_overrides([f"run.run_id=run-{time.strftime('%Y%m%d-%H%M%S')}"])
+    if attempt is None and cfg.trainer.max_restarts > 0:
+        from skyrl_engine.supervisor import supervise  # no torch: the supervisor only runs the trainer
+
+        return supervise(source, overrides, cfg, log=_log)
 
     from skyrl_core.choices import RunState, Stage
     from skyrl_core.lifecycle import RunLifecycle
+    from skyrl_core.resume import attempt_from_env, supervisor_pid
     from skyrl_core.runs import RunWriter
     from skyrl_engine.trainer import StopRequested  # the train path only: it imports torch
 
     writer = RunWriter(cfg.run_dir)
     writer.write_config(cfg)
-    writer.set_status(RunState.PENDING, pid=os.getpid())
+    writer.set_status(RunState.PENDING, pid=supervisor_pid() or os.getpid(), attempt=attempt_from_env(0))
     writer.log_event("stage", step=0, stage=Stage.ENVIRONMENT)  # the job's Python is up; torch, data and Ray next
     signal.signal(signal.SIGTERM, _on_sigterm)
     held: dict[str, Any] = {}
@@ -135,6 +156,7 @@ def train(source: str, overrides: list[str]) -> int:
         held["trainer"].train()
         return EXIT_OK
     except (StopRequested, KeyboardInterrupt):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop is enough: record it undisturbed
         trainer = held.get("trainer")
         if trainer is not None:
             trainer.stopped()
@@ -145,8 +167,8 @@ def train(source: str, overrides: list[str]) -> int:
         trainer = held.get("trainer")
         if trainer is not None:
             trainer.fail(err)
-        else:
-            writer.record_failure(err, traceback=traceback.format_exc())  # with whether a resume can help
+        else:  # with whether a resume can help; under the supervisor, it writes the final status
+            writer.record_failure(err, traceback=traceback.format_exc(), final=supervisor_pid() is None)
         traceback.print_exc()
         return EXIT_FAILED
     finally:
@@ -348,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         return export(args.source, args.dest, args.step, args.json)
     if args.command == "evaluate":
         return evaluate(args.config, args.overrides)
-    return train(args.config, args.overrides)
+    return train(args.config, args.overrides, args.attempt)
 
 
 if __name__ == "__main__":

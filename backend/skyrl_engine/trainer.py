@@ -419,11 +419,19 @@ class RLTrainer:
 
     def fail(self, err: BaseException) -> None:
         """Record a failure: status failed with the error, an error event with the traceback, both saying
-        whether a resume can help (``RunLifecycle.failed``)."""
+        whether a resume can help (``RunLifecycle.failed``). Under the restart supervisor
+        (``skyrl_core.resume.SUPERVISOR_ENV``) the event only: the supervisor restarts the run or ends it, and
+        sends the failure alert once, for the failure it does not restart."""
+        from skyrl_core.resume import supervisor_pid
+
+        supervised = supervisor_pid() is not None
         self.life.step = self.global_step
-        self.life.failed(err, traceback.format_exc())
+        self.life.failed(err, traceback.format_exc(), final=not supervised)
         if self.alerts is not None:  # after the failure is recorded: a slow webhook cannot hide it
-            self.alerts.failed(err, self.global_step + 1)
+            if supervised:
+                self.alerts.stop()
+            else:
+                self.alerts.failed(err, self.global_step + 1)
 
     def stopped(self) -> None:
         """Record a requested stop."""
