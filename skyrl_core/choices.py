@@ -34,6 +34,10 @@ class PolicyLoss(StrEnum):
 ROLLOUT_LOSSES = frozenset({PolicyLoss.ROLLOUT_IS, PolicyLoss.DPPO})
 """Losses whose ratio is against the sampler's log-probs (SkyRL's fully async trainer takes only these)."""
 
+UNCORRECTED_LOSSES = frozenset({PolicyLoss.CLIP_COV, PolicyLoss.KL_COV, PolicyLoss.CROSS_ENTROPY,
+                                PolicyLoss.IMPORTANCE_SAMPLING})
+"""Losses that ``trainer.algorithm.off_policy_correction`` does not reweigh or mask (as in SkyRL)."""
+
 
 class DPPOType(StrEnum):
     """``trainer.algorithm.dppo.dppo_type``: which divergence masks a token (binary total variation or KL)."""

@@ -236,8 +236,11 @@ def register_advantage_estimator(name: str) -> Callable[[Callable], Callable]:
 def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
     """Decorator: register ``fn(log_probs, old_log_probs, advantages, response_mask, config, rollout_logprobs=None)``.
 
-    The function returns ``(per_token_loss[B, T], metrics)``; metrics must contain ``clip_ratio``. The
-    engine applies ``off_policy_correction`` and the loss reduction to what it returns.
+    The function returns ``(per_token_loss[B, T], metrics)``; metrics are ``name -> float``, ``clip_ratio`` for
+    most. The engine applies ``off_policy_correction`` and the loss reduction to what it returns; a function with
+    the attribute ``off_policy_correction = False`` is not corrected, and one with ``summed = True`` gets the
+    advantages already divided by the reduction and its masked sum is the loss (SkyRL's convention;
+    ``skyrl_engine.algorithms.more_losses``).
     """
     return POLICY_LOSSES.register(name)
 

@@ -19,16 +19,17 @@ import torch
 
 
 def import_skyrl():
-    """Import SkyRL's ppo_utils on Python 3.11 (see ../shared/MACHINE-NOTES.md).
+    """Import SkyRL's ppo_utils (0.3.0 on Python 3.11, 0.4.0 on 3.12; see ../shared/MACHINE-NOTES.md).
 
-    ``skyrl/backends/__init__.py`` imports ``skyrl.tinker.types``, which pydantic rejects on 3.11;
-    a stand-in package object with the real ``__path__`` lets submodules import without it.
+    On 3.11 ``skyrl/backends/__init__.py`` imports ``skyrl.tinker.types``, which pydantic rejects there;
+    a stand-in package object with the real ``__path__`` lets submodules import without it. 3.12 needs none.
     """
     import skyrl
 
-    stand_in = types.ModuleType("skyrl.backends")
-    stand_in.__path__ = [str(Path(skyrl.__path__[0]) / "backends")]
-    sys.modules["skyrl.backends"] = stand_in
+    if sys.version_info < (3, 12):
+        stand_in = types.ModuleType("skyrl.backends")
+        stand_in.__path__ = [str(Path(skyrl.__path__[0]) / "backends")]
+        sys.modules["skyrl.backends"] = stand_in
     from skyrl.backends.skyrl_train.utils import ppo_utils, torch_utils
     from skyrl.train import config as skyrl_config
 
@@ -66,6 +67,14 @@ class Batch(dict):
         self.metadata = {}
 
 
+def skyrl_version():
+    return metadata.version("skyrl")
+
+
+def at_least_040():
+    return tuple(int(x) for x in skyrl_version().split(".")[:2]) >= (0, 4)
+
+
 def main(spec_path, *paths):
     modules = import_skyrl()
     spec = json.loads(Path(spec_path).read_text())
@@ -82,7 +91,8 @@ def run_one(modules, spec, inputs_path, outputs_path):
     batch, width = mask.shape
     out = {}
 
-    def algo(**kw):
+    def algo(cispo_anchor=None, dppo_type="binary_tv", **kw):
+        anchor = {} if cispo_anchor is None else {"cispo_anchor": cispo_anchor}  # 0.4.0's key
         base = dict(
             eps_clip_low=spec["eps_clip_low"],
             eps_clip_high=spec["eps_clip_high"],
@@ -90,7 +100,15 @@ def run_one(modules, spec, inputs_path, outputs_path):
             value_clip=spec["value_clip"],
             kl_loss_coef=spec["kl_loss_coef"],
             cispo=skyrl_config.CISPOConfig(
-                cispo_eps_clip_low=spec["cispo_eps_clip_low"], cispo_eps_clip_high=spec["cispo_eps_clip_high"]
+                cispo_eps_clip_low=spec["cispo_eps_clip_low"], cispo_eps_clip_high=spec["cispo_eps_clip_high"], **anchor
+            ),
+            sapo=skyrl_config.SAPOConfig(tau_pos=spec["sapo_tau_pos"], tau_neg=spec["sapo_tau_neg"]),
+            clip_cov=skyrl_config.ClipCovConfig(
+                clip_ratio=spec["clip_cov_ratio"], clip_cov_lb=spec["clip_cov_lb"], clip_cov_ub=spec["clip_cov_ub"]
+            ),
+            kl_cov=skyrl_config.KLCovConfig(kl_cov_frac=spec["kl_cov_frac"], ppo_kl_coef=spec["ppo_kl_coef"]),
+            dppo=skyrl_config.DPPOConfig(
+                dppo_type=dppo_type, delta_low=spec["dppo_delta_low"], delta_high=spec["dppo_delta_high"]
             ),
         )
         base.update(kw)
@@ -108,6 +126,12 @@ def run_one(modules, spec, inputs_path, outputs_path):
     )
     out["adv/reinforce++"], out["ret/reinforce++"] = est("reinforce++")(
         token_level_rewards=t["rewards"].clone(), response_mask=mask, gamma=spec["gamma"]
+    )
+    out["adv/maxrl"], out["ret/maxrl"] = est("maxrl")(
+        token_level_rewards=t["rewards"].clone(), response_mask=mask, index=index
+    )
+    out["adv/maxrl/binary"], out["ret/maxrl/binary"] = est("maxrl")(
+        token_level_rewards=t["binary_rewards"].clone(), response_mask=mask, index=index
     )
     out["adv/gae"], out["ret/gae"] = est("gae")(
         token_level_rewards=t["rewards"].clone(),
@@ -153,6 +177,31 @@ def run_one(modules, spec, inputs_path, outputs_path):
             )
             loss.backward()
             key = f"off_policy/{case}/{reduction}"
+            out[f"{key}/loss"], out[f"{key}/grad"] = loss.detach(), log_probs.grad
+            for name, value in metrics.items():
+                out[f"{key}/{name}"] = torch.tensor(value)
+
+    # the losses beside the PPO family, each case with the sampler's log-probs and every metric by name; the
+    # reduction as above (advantages rescaled first). clip_cov draws at random: the generator seeded before each.
+    cases = dict(spec["more_loss_cases"], **(spec["more_loss_cases_0.4"] if at_least_040() else {}))
+    for case, c in cases.items():
+        for reduction in ("token_mean", "sequence_mean", "seq_mean_token_sum_norm"):
+            extra = {k: c[k] for k in ("cispo_anchor", "dppo_type") if k in c}
+            if "off_policy" in c:
+                extra["off_policy_correction"] = skyrl_config.OffPolicyCorrectionConfig(**c["off_policy"])
+            config = algo(policy_loss_type=c["loss"], loss_reduction=reduction, max_seq_len=spec["max_seq_len"],
+                          **extra)
+            scaled = ppo.apply_loss_reduction_to_advantages_minibatch(
+                t["advantages"], mask, reduction, micro_batch_size=batch, max_seq_len=spec["max_seq_len"]
+            )
+            log_probs = t["log_probs"].clone().requires_grad_(True)
+            torch.manual_seed(spec["clip_cov_seed"])
+            loss, metrics = ppo.PolicyLossRegistry.get(c["loss"])(
+                log_probs, t["old_log_probs"], scaled, config, loss_mask=mask,
+                rollout_logprobs=t["rollout_log_probs"] if c.get("rollout", True) else None,
+            )
+            loss.backward()
+            key = f"more_loss/{case}/{reduction}"
             out[f"{key}/loss"], out[f"{key}/grad"] = loss.detach(), log_probs.grad
             for name, value in metrics.items():
                 out[f"{key}/{name}"] = torch.tensor(value)
@@ -209,7 +258,7 @@ def run_one(modules, spec, inputs_path, outputs_path):
         out[f"kl_reward/{ctrl_type}/final_coef"] = torch.tensor(trainer.reward_kl_controller.value)
 
     arrays = {k: v.detach().numpy() for k, v in out.items()}
-    arrays["__skyrl_version__"] = np.array(metadata.version("skyrl"))
+    arrays["__skyrl_version__"] = np.array(skyrl_version())
     np.savez(outputs_path, **arrays)
 
 

@@ -348,10 +348,12 @@ def test_every_builtin_name_has_a_registered_function_the_config_accepts():
         adv, ret = alg.compute_advantages(algo.advantage_estimator, rewards(), MASK, INDEX, algo,
                                           values=torch.zeros_like(MASK))
         assert adv.shape == ret.shape == MASK.shape and torch.isfinite(adv).all(), name
-    for name in values(PolicyLoss):
+    for name in values(PolicyLoss):  # with the sampler's log-probs, as the trainer always passes them
         algo = load_config(None, {"trainer.algorithm.policy_loss_type": name}).trainer.algorithm
-        loss, metrics = alg.compute_policy_loss(algo.policy_loss_type, NEW, OLD, ADV, LOSS_MASK, algo)
-        assert loss.dim() == 0 and torch.isfinite(loss) and "clip_ratio" in metrics, name
+        loss, metrics = alg.compute_policy_loss(algo.policy_loss_type, NEW, OLD, ADV, LOSS_MASK, algo,
+                                                rollout_logprobs=OLD - 0.1)
+        key = "importance_ratio" if name == "importance_sampling" else "clip_ratio"  # SkyRL's metric names
+        assert loss.dim() == 0 and torch.isfinite(loss) and key in metrics, name
 
 
 def test_every_closed_choice_is_accepted_by_the_config_and_handled_by_the_functions():

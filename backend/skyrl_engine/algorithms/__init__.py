@@ -32,6 +32,7 @@ from skyrl_core.registry import (
     register_advantage_estimator,
     register_policy_loss,
 )
+from skyrl_engine.algorithms import more_losses  # noqa: F401 - registers sapo, rollout_is, dppo, clip_cov, ...
 from skyrl_engine.algorithms.advantages import compute_advantages
 from skyrl_engine.algorithms.kl import (
     AdaptiveKLController,
@@ -49,6 +50,7 @@ from skyrl_engine.algorithms.policy_losses import (
     compute_off_policy_correction,
     compute_policy_loss,
     reduce_loss,
+    reduction_divisor,
 )
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "compute_policy_loss",
     "compute_off_policy_correction",
     "reduce_loss",
+    "reduction_divisor",
     "compute_approx_kl",
     "compute_kl_loss",
     "compute_entropy",

@@ -93,6 +93,25 @@ def rloo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
     return advantages, advantages
 
 
+@register_advantage_estimator(AdvantageEstimator.MAXRL)
+def maxrl_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
+                    config: Any = None,
+                    values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """MaxRL: each score against its group's mean, relative to that mean.
+
+    ``A_i = (s_i - mean_g) / (mean_g + 1e-6)``: with 0/1 rewards ``mean_g`` is the prompt's success rate, so a
+    success on a hard prompt weighs ``1/p - 1`` and a failure ``-1`` (a maximum-likelihood objective, where
+    GRPO divides by the std). A group of one keeps its raw score, ``A = s``, as SkyRL. Meant for non-negative
+    rewards: a group mean near 0 with mixed-sign scores makes the advantages large. Returns equal advantages.
+    """
+    with torch.no_grad():
+        scores_B = token_level_rewards.sum(dim=-1)
+        count_B, mean_B, _ = _group_stats(scores_B, index)
+        adv_B = torch.where(count_B > 1, (scores_B - mean_B) / (mean_B + GRPO_EPSILON), scores_B)
+        advantages = adv_B.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
 def _discounted_returns(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """``G_t = r_t + gamma * G_{t+1}``, restarting at masked positions (after EOS), as SkyRL."""
     returns = torch.zeros_like(token_level_rewards)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from skyrl_core.choices import (
+    CispoAnchor,
     LossReduction,
     PolicyLoss,
     SequenceMaskMetric,
@@ -101,14 +102,35 @@ def cispo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, adva
     """CISPO (MiniMax-M1, arXiv:2506.13585): clip the IS weight, keep every token's gradient.
 
     ``loss = -A * sg[clip(r, 1 - cispo.cispo_eps_clip_low, 1 + cispo.cispo_eps_clip_high)] * log_probs``
-    with ``r = exp(log_probs - old_log_probs)``; ``clip_ratio`` is the fraction of r outside the band.
+    with ``r = exp(log_probs - b)``: ``b`` the pre-update log-probs, or with ``cispo.cispo_anchor=rollout``
+    (SkyRL 0.4.0) the sampler's, when ``r`` is itself the off-policy correction (so no TIS on top).
+    ``clip_ratio`` is the fraction of r outside the band; ``cispo/ratio_mean``, ``cispo/ratio_clamped_mean``,
+    ``cispo/ratio_max`` and ``cispo/ratio_min`` (over the response tokens) show the weight itself.
     """
     low = 1 - _cfg(config, "cispo.cispo_eps_clip_low")
     high = 1 + _cfg(config, "cispo.cispo_eps_clip_high")
-    ratio = _ratio(log_probs, old_log_probs)
-    loss = -advantages * ratio.clamp(low, high).detach() * log_probs
-    clip_ratio = masked_mean(((ratio < low) | (ratio > high)).float(), response_mask).item()
-    return loss, {"clip_ratio": clip_ratio}
+    behaviour = old_log_probs
+    if _cfg(config, "cispo.cispo_anchor") == CispoAnchor.ROLLOUT:
+        tis = _cfg(config, "off_policy_correction.tis_ratio_type")
+        if tis is not None:
+            raise ValueError(f"trainer.algorithm.cispo.cispo_anchor: 'rollout' is not allowed with "
+                             f"off_policy_correction.tis_ratio_type={tis}: the ratio is the correction already; "
+                             "allowed: tis_ratio_type null, or cispo_anchor old")
+        if rollout_logprobs is None:
+            raise ValueError("trainer.algorithm.cispo.cispo_anchor: 'rollout' needs the sampler's log-probs "
+                             "(rollout_logprobs), and none were given")
+        behaviour = rollout_logprobs
+    ratio = _ratio(log_probs, behaviour)
+    clamped = ratio.clamp(low, high)
+    loss = -advantages * clamped.detach() * log_probs
+    with torch.no_grad():
+        clip_ratio = masked_mean(((ratio < low) | (ratio > high)).float(), response_mask).item()
+        active = ratio[response_mask > 0] if bool((response_mask > 0).any()) else ratio
+        metrics = {"clip_ratio": clip_ratio,
+                   "cispo/ratio_mean": masked_mean(ratio, response_mask).item(),
+                   "cispo/ratio_clamped_mean": masked_mean(clamped, response_mask).item(),
+                   "cispo/ratio_max": active.max().item(), "cispo/ratio_min": active.min().item()}
+    return loss, metrics
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,6 +285,37 @@ def compute_off_policy_correction(
     return tis_weight, loss_mask, metrics
 
 
+def _token_budget(max_seq_len: int | None) -> int:
+    if not max_seq_len:
+        raise ValueError("loss_reduction 'seq_mean_token_sum_norm' needs trainer.algorithm.max_seq_len "
+                         f"(a positive token budget), got {max_seq_len!r}")
+    return max_seq_len
+
+
+def reduction_divisor(
+    response_mask: torch.Tensor,
+    loss_reduction: str = LossReduction.TOKEN_MEAN,
+    max_seq_len: int | None = None,
+    num_sequences: int | None = None,
+    num_tokens: float | None = None,
+) -> torch.Tensor:
+    """The per-token divisor ``d`` with ``reduce_loss(x) == sum(x * mask / d)`` (``[B, 1]`` or a scalar tensor).
+
+    SkyRL divides the advantages by it before a loss (``apply_loss_reduction_to_advantages_minibatch``): a
+    ``summed`` loss (:mod:`skyrl_engine.algorithms.more_losses`) receives ``advantages / d``.
+    """
+    batch = num_sequences if num_sequences is not None else response_mask.shape[0]
+    if loss_reduction == LossReduction.TOKEN_MEAN:
+        tokens = num_tokens if num_tokens is not None else response_mask.sum()
+        return torch.clamp(torch.as_tensor(tokens, dtype=response_mask.dtype, device=response_mask.device), min=1.0)
+    if loss_reduction == LossReduction.SEQUENCE_MEAN:
+        return batch * response_mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
+    if loss_reduction == LossReduction.SEQ_MEAN_TOKEN_SUM_NORM:
+        return torch.as_tensor(float(batch * _token_budget(max_seq_len)), dtype=response_mask.dtype,
+                               device=response_mask.device)
+    raise ValueError(f"unknown loss_reduction {loss_reduction!r}; allowed: {', '.join(values(LossReduction))}")
+
+
 def reduce_loss(
     per_token_loss: torch.Tensor,
     response_mask: torch.Tensor,
@@ -290,12 +343,7 @@ def reduce_loss(
         per_seq = masked.sum(dim=-1) / response_mask.sum(dim=-1).clamp(min=1.0)
         return per_seq.sum() / batch
     if loss_reduction == LossReduction.SEQ_MEAN_TOKEN_SUM_NORM:
-        if not max_seq_len:
-            raise ValueError(
-                "loss_reduction 'seq_mean_token_sum_norm' needs trainer.algorithm.max_seq_len "
-                f"(a positive token budget), got {max_seq_len!r}"
-            )
-        return masked.sum() / (batch * max_seq_len)
+        return masked.sum() / (batch * _token_budget(max_seq_len))
     raise ValueError(f"unknown loss_reduction {loss_reduction!r}; allowed: {', '.join(values(LossReduction))}")
 
 
@@ -316,14 +364,21 @@ def compute_policy_loss(
     Returns ``(loss, metrics)``; ``metrics["clip_ratio"]`` is the fraction of response tokens whose
     ratio was clipped. ``num_sequences``/``num_tokens``: see :func:`reduce_loss`.
     Given ``rollout_logprobs`` (the sampler's), ``config.off_policy_correction`` reweighs and masks
-    the per-token loss first (:func:`compute_off_policy_correction`; its metrics join ``metrics``).
+    the per-token loss first (:func:`compute_off_policy_correction`; its metrics join ``metrics``), except for
+    the losses marked ``off_policy_correction = False``. A loss marked ``summed`` gets the advantages divided
+    by :func:`reduction_divisor` and its masked sum is the loss (SkyRL's convention; see ``more_losses``).
     KL and entropy terms are separate: :func:`compute_kl_loss`, :func:`masked_entropy`.
     """
     loss_fn = POLICY_LOSSES.get(name)
+    reduction = dict(loss_reduction=_cfg(config, "loss_reduction"), max_seq_len=_cfg(config, "max_seq_len"),
+                     num_sequences=num_sequences, num_tokens=num_tokens)
+    is_summed = getattr(loss_fn, "summed", False)
+    if is_summed:  # SkyRL's convention: reduction-scaled advantages in, a masked sum out
+        advantages = advantages / reduction_divisor(response_mask, **reduction)
     per_token, metrics = loss_fn(
         log_probs, old_log_probs, advantages, response_mask, config, rollout_logprobs=rollout_logprobs
     )
-    if rollout_logprobs is not None:
+    if rollout_logprobs is not None and getattr(loss_fn, "off_policy_correction", True):
         tis_weight, loss_mask, correction_metrics = compute_off_policy_correction(
             old_log_probs, rollout_logprobs, response_mask, config
         )
@@ -333,12 +388,6 @@ def compute_policy_loss(
             # dropped tokens carry no loss, but the normaliser stays the full mask's (as in SkyRL)
             per_token = per_token * loss_mask
         metrics = {**metrics, **correction_metrics}
-    loss = reduce_loss(
-        per_token,
-        response_mask,
-        _cfg(config, "loss_reduction"),
-        max_seq_len=_cfg(config, "max_seq_len"),
-        num_sequences=num_sequences,
-        num_tokens=num_tokens,
-    )
-    return loss, metrics
+    if is_summed:
+        return (per_token * response_mask).sum(), metrics
+    return reduce_loss(per_token, response_mask, **reduction), metrics
