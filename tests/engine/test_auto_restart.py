@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -78,21 +79,58 @@ def _each_step_once(run_dir: Path, steps: int, stopped: bool = False) -> None:
     assert not reader.warnings, reader.warnings
 
 
+class _Webhook:
+    """A local HTTP server standing for ``trainer.alerts``' webhook: the texts POSTed to it."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        texts = self.texts = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                texts.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))["text"])
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.env = {"SKYRL_ALERTS_WEBHOOK": f"http://127.0.0.1:{self.server.server_port}/hook"}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+ALERTS = "trainer.alerts.webhook=env:SKYRL_ALERTS_WEBHOOK"
+
+
 def _kinds(run_dir: Path) -> list[str]:
     return [event["kind"] for event in RunReader(run_dir).events()]
 
 
 def test_a_users_error_is_not_restarted(tmp_path: Path) -> None:
     """A reward function that always raises, with ``reward.errors=fail`` and ``trainer.max_restarts=2``: the run
-    fails once, with the reward's error, and is not restarted (one trainer attempt, no ``restarted`` event).
-    ~25 s here (the tiny model is built once per session cache)."""
+    fails once, with the reward's error, and is not restarted (one trainer attempt, no ``restarted`` event); the
+    failure alert goes out once. ~25 s here (the first run of a session builds the tiny model: +20 s)."""
     (tmp_path / "always_raises.py").write_text("def boom(prompt, completion, **columns):\n"
                                                "    raise ValueError('this reward always raises')\n")
     log = tmp_path / "job.log"
-    proc = _start(tmp_path / "runs", "user-error", "trainer.max_restarts=2", "trainer.ckpt_interval=1",
-                  "reward.functions=[{name: boom, file: 'always_raises:boom'}]", "reward.errors=fail",
-                  f"trainer.max_training_steps={STEPS}", env={"PYTHONPATH": str(tmp_path)}, log=log)
-    assert _finish(proc, log) == 1, _tail(log)
+    hook = _Webhook()
+    try:
+        proc = _start(tmp_path / "runs", "user-error", "trainer.max_restarts=2", "trainer.ckpt_interval=1",
+                      "reward.functions=[{name: boom, file: 'always_raises:boom'}]", "reward.errors=fail",
+                      f"trainer.max_training_steps={STEPS}", ALERTS, env={"PYTHONPATH": str(tmp_path), **hook.env},
+                      log=log)
+        assert _finish(proc, log) == 1, _tail(log)
+    finally:
+        hook.close()
+    (text,) = hook.texts  # the failure alert, once (sent by the supervisor: the trainer leaves it to it)
+    assert text.startswith("skyrl-nb: run user-error failed at step 1: RewardFunctionError") and "always raises" in text
     run_dir = tmp_path / "runs" / "user-error"
     status = RunReader(run_dir).status()
     assert status["state"] == "failed" and "this reward always raises" in status["error"], status
@@ -107,11 +145,12 @@ def test_a_killed_trainer_restarts_from_its_checkpoint_and_a_stop_is_not_restart
     """The trainer process (the Ray job's driver) killed with SIGKILL after its step-2 checkpoint: the supervisor
     records a ``restarted`` event (worker_died, from step 2 or later) and the new trainer resumes; then SIGTERM to
     the job (Ray's stop) stops it for good: exit 143, status stopped, no second restart. Every step written is there
-    once, and the dashboard's header says ``restarted 1×``. ~45 s here."""
+    once, no alert went out, and the dashboard's header says ``restarted 1×``. ~45 s here."""
     log = tmp_path / "job.log"
     run_dir = tmp_path / "runs" / "killed"
+    hook = _Webhook()
     proc = _start(tmp_path / "runs", "killed", "trainer.max_restarts=2", "trainer.ckpt_interval=2",
-                  "trainer.max_training_steps=400", log=log)
+                  "trainer.max_training_steps=400", ALERTS, env=hook.env, log=log)
     _wait_event(run_dir, proc, log, "checkpoint_saved", min_step=2)
     from skyrl_core import procs
 
@@ -126,6 +165,8 @@ def test_a_killed_trainer_restarts_from_its_checkpoint_and_a_stop_is_not_restart
 
     os.kill(proc.pid, signal.SIGTERM)  # what Ray's stop sends (to the trainer too: it acts on one)
     assert _finish(proc, log, timeout=60) == 143, _tail(log)
+    hook.close()
+    assert hook.texts == []  # neither a restarted failure nor a stop is an alert
     status = RunReader(run_dir).status()
     assert status["state"] == "stopped" and status["restarts"] == 1 and status["attempt"] == 1, status
     assert _kinds(run_dir).count("restarted") == 1
@@ -169,7 +210,8 @@ def test_the_raylet_under_the_policy_killed_mid_run_restarts_the_job_on_the_surv
     they are placed), checkpoints every 2 steps, ``trainer.max_restarts=2``. The second node's raylet is killed with
     SIGKILL after the step-2 checkpoint: the job restarts by itself (one ``restarted`` event, worker_died), the new
     policy runs on the head, the run succeeds with every step 1..8 exactly once (metrics and trajectory parts), and
-    no actor or placement group of either attempt is left. ~100 s here."""
+    no actor or placement group of either attempt is left. ~100 s here on a quiet machine, 160 s on a busy one: the
+    trainer starts twice (38 s to its first step here, 23 s the second time), the restart itself takes ~8 s."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     from ray_clusters import second_ray_node
 
@@ -199,6 +241,7 @@ def test_the_raylet_under_the_policy_killed_mid_run_restarts_the_job_on_the_surv
             ray.kill(holder)  # the head's CPUs are free for the restart
             _wait_event(run_dir, proc, log, "checkpoint_saved", min_step=2)
             os.kill(_raylet_of(port), signal.SIGKILL)
+            print(f"raylet killed at {time.time() - RunReader(run_dir).events()[0]['time']:.1f} s")
             killed_at = max(e["step"] for e in RunReader(run_dir).events() if e["kind"] == "checkpoint_saved")
             assert _finish(proc, log) == 0, _tail(log)
         finally:
@@ -206,6 +249,9 @@ def test_the_raylet_under_the_policy_killed_mid_run_restarts_the_job_on_the_surv
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     print(f"killed after the checkpoint of step {killed_at}")
+    first = RunReader(run_dir).events()[0]["time"]
+    print("events (s after the first):", [(round(e["time"] - first, 1), e["kind"], e.get("step"))
+                                           for e in RunReader(run_dir).events() if e["kind"] != "checkpoint_saved"])
 
     status = RunReader(run_dir).status()
     assert status["state"] == "succeeded" and status["step"] == STEPS and status["restarts"] == 1, status
