@@ -3,7 +3,9 @@
 - ``failed``: :meth:`RunAlerts.failed`, called where the run records its failure; sent before the job exits.
 - ``stalled``: a watch thread wakes every second; once at least ``MIN_INTERVALS`` steps have finished in this
   attempt, no step for ``stall_factor`` x the median time between steps (and at least ``stall_min_s``) is a stall
-  of the step after the last one. A step that arrives later re-arms it for the next.
+  of the step after the last one. A step that arrives later re-arms it for the next. Time the driver spends in a
+  phase that is long by design (``EXCUSED``: an evaluation, a checkpoint, as ``busy`` reports it: the trainer's
+  telemetry phases) does not count: the quiet time is measured from the end of such a phase.
 - ``reward_collapse``: the mean of ``reward/avg_raw_reward`` over the last ``reward_window`` steps under
   ``reward_below`` (checked once the window is full); a mean back at or above it re-arms it.
 
@@ -24,11 +26,11 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core.alerts import AlertError, alert_key, alert_text, describe, resolve, send, sent_keys
-from skyrl_core.choices import AlertKind
+from skyrl_core.choices import AlertKind, Phase
 from skyrl_core.metric_names import REWARD_KEY
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 MIN_INTERVALS = 3
 #: How often the watch thread looks (seconds).
 CHECK_S = 1.0
+#: Phases that take many steps' time by design: no stall is called while the driver is in one.
+EXCUSED = frozenset({Phase.EVAL, Phase.CHECKPOINT})
 
 
 class RunAlerts:
@@ -51,7 +55,8 @@ class RunAlerts:
     """
 
     def __init__(self, cfg: JobConfig, writer: RunWriter, destination: str, start_step: int = 0,
-                 send_fn: Callable[[str, str, str, float], None] = send, clock: Callable[[], float] = time.monotonic):
+                 send_fn: Callable[[str, str, str, float], None] = send, clock: Callable[[], float] = time.monotonic,
+                 phases: Callable[[], Iterable[str]] = tuple):
         from skyrl_core.runs import RunReader
 
         a = cfg.trainer.alerts
@@ -62,7 +67,7 @@ class RunAlerts:
         self.destination = destination
         self.where = describe(str(a.webhook), destination)
         self.kinds = {AlertKind(k) for k in a.events}
-        self._send, self._clock = send_fn, clock
+        self._send, self._clock, self._phases = send_fn, clock, phases
         reader = RunReader(writer.run_dir)
         self.sent: set[str] = sent_keys(reader.events())
         self.last_step = start_step
@@ -84,9 +89,11 @@ class RunAlerts:
 
     @classmethod
     def start(cls, cfg: JobConfig, writer: RunWriter, start_step: int = 0,
-              environ: Mapping[str, str] | None = None) -> RunAlerts | None:
+              environ: Mapping[str, str] | None = None,
+              phases: Callable[[], Iterable[str]] = tuple) -> RunAlerts | None:
         """The run's alerts, or None when ``trainer.alerts.webhook`` is unset, or (with a ``warning`` event and a
-        log line) when its ``env:`` variable is missing here: the run goes on without alerts."""
+        log line) when its ``env:`` variable is missing here: the run goes on without alerts. ``phases`` says what
+        the driver is doing now (the trainer's ``telemetry.phases``): no stall is called during an ``EXCUSED`` one."""
         webhook = cfg.trainer.alerts.webhook
         if webhook is None:
             return None
@@ -96,7 +103,7 @@ class RunAlerts:
             _say(f"warning: alerts are off: {err}")
             writer.log_event("warning", step=start_step, message=f"alerts are off: {err}")
             return None
-        alerts = cls(cfg, writer, destination, start_step)
+        alerts = cls(cfg, writer, destination, start_step, phases=phases)
         _say(f"alerts: {', '.join(sorted(alerts.kinds))} to {alerts.where}")
         return alerts
 
@@ -162,11 +169,15 @@ class RunAlerts:
         return max(self.settings.stall_factor * statistics.median(self._intervals), self.settings.stall_min_s)
 
     def _watch(self) -> None:
+        excused_until = float("-inf")  # when the driver was last seen in an EXCUSED phase
         while not self._stop.wait(CHECK_S):
+            if EXCUSED.intersection(self._phases()):
+                excused_until = self._clock()
+                continue
             limit = self.stall_limit()
             if limit is None:
                 continue
-            quiet = self._clock() - self._last_at
+            quiet = self._clock() - max(self._last_at, excused_until)
             if quiet > limit:
                 median = statistics.median(self._intervals)
                 self._queue(AlertKind.STALLED, self.last_step + 1,

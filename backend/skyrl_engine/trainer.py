@@ -285,7 +285,7 @@ class RLTrainer:
 
     def _start_alerts(self, start: int) -> None:
         """``trainer.alerts`` once the restored step is known (alerts.py; a resume keeps what was sent)."""
-        self.alerts = RunAlerts.start(self.cfg, self.writer, start)
+        self.alerts = RunAlerts.start(self.cfg, self.writer, start, phases=lambda: self.telemetry.phases)
         if self.alerts is not None:
             self.writer.metric_listeners.append(self.alerts.observe)
 

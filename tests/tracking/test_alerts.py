@@ -196,3 +196,35 @@ def test_a_webhook_that_is_down_is_a_warning_and_a_missing_variable_turns_alerts
     assert RunAlerts.start(cfg, writer, 0, environ={}) is None
     off = [e for e in _events(Path(cfg.run_dir)) if e["kind"] == "warning"][-1]
     assert "alerts are off" in off["message"] and "SKYRL_TEST_HOOK is not set" in off["message"]
+
+
+def test_no_stall_is_called_while_the_driver_evaluates_or_checkpoints(tmp_path: Path) -> None:
+    """A step that evaluates or checkpoints may take many steps' time: the quiet time counts from the end of such a
+    phase (the trainer's telemetry phases), so a long eval is no stall and a step stuck after it still is (~5 s)."""
+    from skyrl_core.config import load_config
+    from skyrl_core.runs import RunWriter
+    from skyrl_engine.alerts import RunAlerts
+
+    cfg = load_config("quickstart", [f"run.run_root={tmp_path}", "run.run_id=evals",
+                                     "trainer.alerts.webhook=env:SKYRL_TEST_HOOK", "trainer.alerts.stall_factor=2",
+                                     "trainer.alerts.stall_min_s=2"])
+    now, phases, sent = [0.0], [()], []
+    alerts = RunAlerts(cfg, RunWriter(cfg.run_dir), "http://127.0.0.1:9/hook", clock=lambda: now[0],
+                       send_fn=lambda *message: sent.append(message), phases=lambda: phases[0])
+    try:
+        for step in (1, 2, 3):  # one step a second: a stall after 2 quiet seconds
+            now[0] = float(step)
+            alerts.observe(step, {"step": step})
+        assert alerts.stall_limit() == 2.0
+        phases[0], now[0] = ("eval",), 60.0  # step 4 evaluates for a minute
+        time.sleep(1.5)
+        phases[0], now[0] = ("idle",), 61.0  # the eval ended a second ago
+        time.sleep(1.5)
+        assert sent == []
+        now[0] = 64.0  # three quiet seconds after the eval: step 4 is stuck
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        alerts.stop()
+    assert len(sent) == 1 and "stalled" in sent[0][1] and "step 4" in sent[0][2], sent
