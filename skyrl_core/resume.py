@@ -37,6 +37,9 @@ SUPERVISOR_ENV = "SKYRL_NB_SUPERVISOR_PID"
 """Set by the restart supervisor (``skyrl_engine.supervisor``) for the trainer process it runs: the supervisor's
 pid. That trainer records this pid in status.json (the job's process, alive across restarts, so a restart is not
 taken for a lost run) and leaves the final ``failed`` status and the failure alert to the supervisor."""
+NODE_WAIT_ENV = "SKYRL_NB_WAIT_FOR_NODES_S"
+"""Set by the restart supervisor for a restarted trainer: how many seconds its placement waits for the cluster to
+have the nodes it needs again (a lost node's replacement joining) before it is refused."""
 #: Exit codes and signals of a trainer that was stopped (SIGTERM: 143, SIGINT: 130), never restarted.
 STOP_EXITS = frozenset({143, 130, -15, -2})
 EXIT_BAD_CONFIG = 2

@@ -42,9 +42,12 @@ from skyrl_core.placement import (
     placement_problems,
 )
 from skyrl_core.placement import plan_placement as _plan_on
+from skyrl_core.resume import NODE_WAIT_ENV
 from skyrl_engine.ray_runtime import is_submitted_job
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from skyrl_core.config import JobConfig
 
 __all__ = [
@@ -62,6 +65,14 @@ __all__ = [
 # fractional GPUs the same way: 0.2 for the trainer workers, the rest for the engine).
 _COLOCATED_POLICY_SHARE = 0.5
 _COLOCATED_ENGINE_SHARE = 0.5
+
+
+def restart_wait_s() -> float:
+    """How long a restarted trainer waits for its placement to fit (``skyrl_core.resume.NODE_WAIT_ENV``); 0 else."""
+    try:
+        return max(0.0, float(os.environ.get(NODE_WAIT_ENV) or 0))
+    except ValueError:
+        return 0.0
 
 
 def cluster_resources() -> ClusterResources:
@@ -92,6 +103,25 @@ def refuse_impossible(plan: PlacementPlan, cluster: ClusterResources | None = No
     problems = plan.problems(cluster if cluster is not None else cluster_resources())
     if problems:
         raise PlacementError("; ".join(problems), problems)
+
+
+def wait_until_possible(plan: PlacementPlan, wait_s: float, poll_s: float = 5.0,
+                        log: Callable[[str], None] | None = None) -> list[str]:
+    """Wait up to ``wait_s`` for ``plan`` to fit on the connected cluster; returns what is still missing ([] once
+    it fits). A restarted trainer (``trainer.max_restarts``) waits so, for nodes to join: after a node is lost,
+    the cluster may lack it until its replacement joins (HyperPod's node recovery, an autoscaler)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        problems = plan.problems(cluster_resources())
+        if not problems or time.monotonic() >= deadline:
+            return problems
+        if not told and log is not None:
+            log(f"placement: waiting up to {wait_s:g} s for nodes to join (a restart): {'; '.join(problems)}")
+            told = True
+        time.sleep(poll_s)
 
 
 def validate_placement(cfg: JobConfig) -> list[str]:
@@ -129,10 +159,20 @@ class Placement:
 
     @classmethod
     def create(cls, plan: PlacementPlan, timeout_s: float = 60.0) -> Placement:
-        """Reserve the bundles; raise :class:`PlacementError` (one line) if they cannot exist or be had in time."""
+        """Reserve the bundles; raise :class:`PlacementError` (one line) if they cannot exist or be had in time.
+
+        A restarted trainer (:func:`restart_wait_s`) waits longer, first for the plan to fit, then for the bundles:
+        a lost node may still count as alive for a while, and its replacement may still be joining."""
+        import time
+
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
 
+        wait_s = restart_wait_s()
+        if wait_s:  # a restarted trainer: the nodes a lost one took may come back (wait_until_possible)
+            deadline = time.monotonic() + wait_s
+            wait_until_possible(plan, wait_s, log=lambda text: print(f"[skyrl_engine] {text}", flush=True))
+            timeout_s = max(timeout_s, deadline - time.monotonic())
         refuse_impossible(plan)
         engine_group = placement_group(plan.engine_bundles, strategy="PACK")
         policy_group = (placement_group(plan.policy_bundles, strategy=plan.policy_strategy)

@@ -19,6 +19,8 @@ What the run store shows:
 - a restart: a ``restarted`` event (attempt, the failure's line and kind, the step it resumes from; ``RunLifecycle.
   restarted``), status ``running`` with ``restarts``; the new trainer resumes with ``trainer.resume_mode=latest``
   and drops what the failed attempt wrote after the checkpoint (``RunWriter.truncate_after``): each step once;
+  its placement waits up to ``NODE_WAIT_S`` for the nodes it needs (``placement.wait_until_possible``): a lost
+  node's replacement may still be joining;
 - no restart: status ``failed`` with the failure (and its ``error`` event when the trainer could not write one), a
   ``warning`` saying why a resumable failure was not restarted, and the ``failed`` alert, once;
 - a stop (SIGTERM or SIGINT to the supervisor, or the trainer's own stop) is never restarted. The supervisor passes
@@ -40,6 +42,7 @@ from skyrl_core.choices import FINAL_STATES, RunState
 from skyrl_core.failures import Failure, classify_failure, failure_of
 from skyrl_core.resume import (
     ATTEMPT_ENV,
+    NODE_WAIT_ENV,
     STOP_EXITS,
     SUPERVISOR_ENV,
     RestartDecision,
@@ -53,6 +56,9 @@ if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
 
 EXIT_FAILED, EXIT_STOPPED = 1, 143
+#: How long a restarted trainer waits for the nodes its placement needs (a lost node's replacement: HyperPod's
+#: node recovery takes minutes) before its placement is refused, which ends the run.
+NODE_WAIT_S = 1200.0
 
 
 class TrainerDied(RuntimeError):
@@ -131,6 +137,7 @@ class Supervisor:
             env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
             if self.restarts:
                 env[ATTEMPT_ENV] = str(self.first_attempt + self.restarts)
+                env[NODE_WAIT_ENV] = str(NODE_WAIT_S)
             started = time.time()
             self.proc = subprocess.Popen(self.command(resume_latest), env=env)
             self._log(f"supervisor: trainer attempt {self.restarts} is pid {self.proc.pid} "

@@ -119,3 +119,26 @@ def test_skyrls_own_trainer_refuses_max_restarts() -> None:
     with pytest.raises(ConfigError) as err:
         check_config("quickstart", ["run.engine=skyrl", "trainer.max_restarts=2", "run.run_id=r"])
     assert any(p.startswith("trainer.max_restarts: 2 is not allowed with run.engine=skyrl") for p in err.value.problems)
+
+
+def test_a_restarted_trainer_waits_for_the_nodes_its_placement_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a lost node the cluster may lack it until its replacement joins: the restarted trainer's placement
+    waits (``NODE_WAIT_ENV``, set by the supervisor) instead of being refused at once."""
+    from skyrl_core.config import load_config
+    from skyrl_core.placement import ClusterResources
+    from skyrl_core.resume import NODE_WAIT_ENV
+    from skyrl_engine import placement
+
+    plan = placement.plan_placement(load_config("quickstart", ["trainer.placement.colocate_all=false"]), device="CPU")
+    small, big = ClusterResources.from_nodes([{"CPU": 1.0}]), ClusterResources.from_nodes([{"CPU": 1.0}, {"CPU": 2.0}])
+    seen = iter([small, small, big])
+    monkeypatch.setattr(placement, "cluster_resources", lambda: next(seen))
+    said: list[str] = []
+    assert placement.wait_until_possible(plan, 30, poll_s=0.01, log=said.append) == []
+    assert len(said) == 1 and said[0].startswith("placement: waiting up to 30 s for nodes to join")
+    monkeypatch.setattr(placement, "cluster_resources", lambda: small)
+    assert placement.wait_until_possible(plan, 0.05, poll_s=0.01)  # still missing: the refusal's lines
+    monkeypatch.delenv(NODE_WAIT_ENV, raising=False)
+    assert placement.restart_wait_s() == 0
+    monkeypatch.setenv(NODE_WAIT_ENV, "1200")
+    assert placement.restart_wait_s() == 1200
