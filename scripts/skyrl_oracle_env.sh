@@ -16,6 +16,9 @@
 set -euo pipefail
 
 VERSION="${1:-0.3.0}"
+EXTRA=()
+STAMP_REV=""
+CHECK="import torch"
 # shellcheck source=cached_venv.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cached_venv.sh"
 
@@ -29,6 +32,9 @@ case "${VERSION}" in
     VENV="${SKYRL_ORACLE_VENV:-${HOME}/.cache/skyrl-nb/skyrl-0.4.0-oracle-venv}"
     PYTHON="${PY312:-$(find_python312)}"
     RAY=2.57.0
+    EXTRA=(orjson pybase64)  # its config imports the inference client's wire format (skyrl-train's extra has them)
+    STAMP_REV=-2  # the recipe's revision: a change rebuilds a cached env
+    CHECK="from skyrl.train.config import SkyRLTrainConfig; SkyRLTrainConfig()"  # 3.12: imports as shipped
     ;;
   *)
     echo "skyrl_oracle_env.sh: SkyRL version ${VERSION} has no recipe; allowed: 0.3.0, 0.4.0" >&2
@@ -39,9 +45,9 @@ esac
 build() {
   "${PIP[@]}" torch==2.13.0
   "${PIP[@]}" torch==2.13.0 "skyrl==${VERSION}" omegaconf skyrl-gym==0.4.0 loguru jaxtyping "ray==${RAY}" \
-    aiohttp cloudpickle numpy
-  "${VENV}/bin/python" -c "import torch; from importlib.metadata import version as v; assert v('skyrl') == '${VERSION}'"
+    aiohttp cloudpickle numpy ${EXTRA[@]+"${EXTRA[@]}"}
+  "${VENV}/bin/python" -c "${CHECK}; from importlib.metadata import version as v; assert v('skyrl') == '${VERSION}'"
 }
 # Two test sessions may ask at once: the second waits for the first build instead of racing it.
-cached_venv "${VENV}" ".stamp-skyrl-${VERSION}" build
+cached_venv "${VENV}" ".stamp-skyrl-${VERSION}${STAMP_REV}" build
 echo "${VENV}/bin/python"

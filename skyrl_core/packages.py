@@ -88,12 +88,14 @@ def vllm_reason(report: dict[str, Any]) -> str | None:
 
 def skyrl_problem(report: dict[str, Any] | None, job_state: str = "SUCCEEDED", last_line: str = "") -> str | None:
     """The one line that keeps a SkyRL job off the cluster, or None when ``report`` (``skyrl_bridge.probe()``'s
-    answer) says SkyRL's trainer imports there in the release the translation is written for.
+    answer) says SkyRL's trainer imports there in a release the translation takes (``skyrl_translate.SUPPORTED``).
 
-    >>> skyrl_problem({"python": "3.12.3", "skyrl": "0.3.0", "expected": "0.3.0", "error": None}, "SUCCEEDED") is None
+    >>> skyrl_problem({"python": "3.12.3", "skyrl": "0.4.0", "error": None}, "SUCCEEDED") is None
     True
+    >>> skyrl_problem({"python": "3.12.3", "skyrl": "0.2.0", "error": None})[:69]
+    "run.engine: 'skyrl' is translated for SkyRL 0.3.x, 0.4.x; the cluster"
     """
-    from skyrl_core.skyrl_translate import SKYRL_VERSION
+    from skyrl_core.skyrl_translate import SKYRL_VERSION, release_problem
 
     install = SKYRL_INSTALL.format(version=SKYRL_VERSION)
     if report is None:
@@ -103,17 +105,22 @@ def skyrl_problem(report: dict[str, Any] | None, job_state: str = "SUCCEEDED", l
     if report.get("error"):
         return (f"run.engine: 'skyrl' needs SkyRL's trainer on the cluster, and there it does not import "
                 f"(Python {report.get('python')}: {report['error']}); {install}")
-    if report.get("skyrl") != SKYRL_VERSION:
-        return (f"run.engine: 'skyrl' is translated for SkyRL {SKYRL_VERSION}, the cluster has SkyRL "
-                f"{report.get('skyrl')}; {install}")
-    return None
+    return release_problem(str(report.get("skyrl")))
 
 
-def skyrl_line(report: dict[str, Any]) -> str | None:
-    """The one line that keeps a ``run.engine: skyrl`` job off the cluster whose answer is ``report``, or None."""
+def skyrl_line(report: dict[str, Any], cfg: JobConfig | None = None) -> str | None:
+    """The one line that keeps a ``run.engine: skyrl`` job off the cluster whose answer is ``report``, or None: no
+    usable SkyRL there, or (given ``cfg``) a setting the release found there lacks (``skyrl_translate.LACKING``)."""
     if "error" in report:
         return f"run.engine: 'skyrl' could not be checked: {report['error']}"
-    return skyrl_problem(report.get("skyrl"))
+    problem = skyrl_problem(report.get("skyrl"))
+    if problem or cfg is None:
+        return problem
+    from skyrl_core.skyrl_translate import translate
+
+    version = str(report["skyrl"]["skyrl"])
+    for_release = [p for p in translate(cfg, version).problems if p not in translate(cfg).problems]
+    return for_release[0] if for_release else None
 
 
 def logger_line(name: str, report: dict[str, Any]) -> str | None:
@@ -140,7 +147,7 @@ def package_lines(cfg: JobConfig, report: dict[str, Any], has_gpu: bool | None =
             lines.append(f"generator.inference_engine.backend: {reason}{gpu}; pick torch, or install vLLM there"
                          if reason else None)
         elif need == "skyrl":
-            lines.append(skyrl_line(report))
+            lines.append(skyrl_line(report, cfg))
         else:
             lines.append(logger_line(need.partition(":")[2], report))
     return list(dict.fromkeys(clean_line(line) for line in lines if line))

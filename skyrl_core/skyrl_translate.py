@@ -1,8 +1,8 @@
 """A JobConfig as SkyRL's own config: the dotted overrides ``SkyRLTrainConfig.from_cli_overrides`` reads.
 
-``run.engine: skyrl`` runs SkyRL's trainer (``skyrl.train``, written against SkyRL 0.3.0) instead of this
-project's engine, through ``python -m skyrl_engine.skyrl_bridge``. The keys are SkyRL's already, so most
-values pass through unchanged; :func:`translate` says where that is not so:
+``run.engine: skyrl`` runs SkyRL's trainer (``skyrl.train``) instead of this project's engine, through
+``python -m skyrl_engine.skyrl_bridge``. The keys are SkyRL's already, so most values pass through unchanged;
+:func:`translate` says where that is not so:
 
 - ``changed``: keys SkyRL receives with another value than skyrl-nb holds (``trainer.strategy`` fsdp2 is
   SkyRL's ``fsdp``, the torch sampler becomes vLLM, ...) and keys only SkyRL has that the translation sets
@@ -21,15 +21,24 @@ bridge's skyrl-gym environment (``skyrl_engine.skyrl_reward_env``) that scores e
 functions, and the ``reward.*`` settings are sent as its own, ``environment.skyrl_gym.skyrl_nb_reward.*`` (keys the
 bridge's config class adds to SkyRL's).
 
+Releases (:data:`SUPPORTED`): the translation is written for SkyRL 0.4 (:data:`SKYRL_VERSION`, the current
+release) and keeps 0.3, which differs in one key here: 0.3 has no ``trainer.algorithm.cispo.cispo_anchor``
+(:data:`LACKING`), so for 0.3 that key is not sent at its default and refused otherwise. ``translate(cfg, version)``
+takes the release the cluster's probe found (``skyrl_core.packages``); the bridge, which sees the installed
+release itself, drops or refuses the same keys (:func:`adapt_to_release`) when the translation was made for another.
+
 ``DEFAULT_DIFFERENCES`` lists where skyrl-nb's defaults differ from SkyRL's (docs/config.md), so the same
 YAML run by SkyRL's own entrypoint is known to mean something else there. Only pydantic and yaml are
 imported (this module is part of the contracts); the tests check every translated key against SkyRL's
-config object in SkyRL's own environment (tests/skyrl_bridge).
+config object in SkyRL's own environment, one per release (tests/skyrl_bridge). One idea, hence the length: skyrl-nb's
+config as SkyRL's, key by key, with every difference stated.
 
 >>> from skyrl_core.config import load_config
 >>> t = load_config("quickstart", ["run.run_id=demo", "run.run_root=/runs"]).to_skyrl()
 >>> t.overrides["generator.inference_engine.backend"], t.overrides["trainer.ckpt_path"]
 ('vllm', '/runs/demo/checkpoints')
+>>> "trainer.algorithm.cispo.cispo_anchor" in translate(load_config("quickstart"), "0.3.0").not_sent
+True
 """
 
 from __future__ import annotations
@@ -43,19 +52,28 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from skyrl_core.choices import AdvantageEstimator, Backend, Strategy
+from skyrl_core.choices import ROLLOUT_LOSSES, AdvantageEstimator, Backend, Strategy
 from skyrl_core.errors import ConfigError
 from skyrl_core.store import is_url, join
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
 
-SKYRL_VERSION = "0.3.0"
-"""The SkyRL release this translation is written and tested against."""
+SKYRL_VERSION = "0.4.0"
+"""The SkyRL release the translation is written for (the current one); :data:`SUPPORTED` lists every release kept."""
+SUPPORTED = ("0.3", "0.4")
+"""The SkyRL releases (major.minor, any patch) the translation and the bridge take; tests/skyrl_bridge checks each
+against SkyRL itself (0.3.0 and 0.4.0)."""
+LACKING: dict[str, dict[str, tuple[Any, str]]] = {
+    "0.3": {"trainer.algorithm.cispo.cispo_anchor": (
+        "old", "SkyRL 0.3 has no cispo_anchor: its CISPO ratio is against the pre-update log-probs ('old')")},
+}
+"""Keys a release lacks that the translation for :data:`SKYRL_VERSION` sends: release -> key -> (the value that means
+the same as leaving the key out, why). Not sent at that value; refused at any other."""
 BRIDGE_MODULE = "skyrl_engine.skyrl_bridge"
 """The module a SkyRL job runs: ``python -m skyrl_engine.skyrl_bridge --run-dir DIR key=value ...``."""
 OVERLONG_KEYS = ("trainer.algorithm.overlong_buffer.len", "trainer.algorithm.overlong_buffer.penalty_factor")
-"""DAPO's soft overlong penalty: not in SkyRL 0.3.0's core config; the bridge's config class adds these keys
+"""DAPO's soft overlong penalty: not in SkyRL's core config (0.3, 0.4); the bridge's config class adds these keys
 (as SkyRL's DAPO example does) and its trainer applies the penalty, so they are sent only when it is on."""
 REWARD_ENV = "skyrl_nb_reward"
 """The skyrl-gym environment (``skyrl_engine.skyrl_reward_env``) through which ``reward.functions`` score SkyRL's
@@ -84,12 +102,14 @@ class Change:
 
 @dataclass(frozen=True)
 class DefaultDifference:
-    """A key whose default differs between skyrl-nb and SkyRL (``SKYRL_VERSION``)."""
+    """A key whose default differs between skyrl-nb and SkyRL (:data:`SKYRL_VERSION`; ``only`` names the release it
+    applies to when it is not every one)."""
 
     key: str
     skyrl_nb: Any
     skyrl: Any
     why: str
+    only: str | None = None
 
 
 DEFAULT_DIFFERENCES: tuple[DefaultDifference, ...] = (
@@ -98,7 +118,7 @@ DEFAULT_DIFFERENCES: tuple[DefaultDifference, ...] = (
     DefaultDifference("data.val_data", ["builtin://arithmetic/test"], ["~/data/gsm8k/validation.parquet"],
                       "as data.train_data"),
     DefaultDifference("trainer.strategy", "fsdp2", "fsdp",
-                      "the same FSDP2 sharding; SkyRL 0.3.0 renamed its 'fsdp2' to 'fsdp'"),
+                      "the same FSDP2 sharding; SkyRL (since 0.3) calls it 'fsdp' and renames 'fsdp2'"),
     DefaultDifference("trainer.policy.model.path", None, "Qwen/Qwen2.5-1.5B-Instruct",
                       "models cannot be downloaded on the cluster: skyrl-nb asks for one (the presets name a built-in)"),
     DefaultDifference("trainer.ckpt_path", None, "~/ckpts/", "None: <run_dir>/checkpoints, next to the run store"),
@@ -108,7 +128,50 @@ DEFAULT_DIFFERENCES: tuple[DefaultDifference, ...] = (
                       "generator at most one step ahead unless asked for more"),
     DefaultDifference("generator.inference_engine.backend", "torch", "vllm",
                       "CPU machines have no vLLM by default; the torch sampler runs everywhere"),
+    DefaultDifference("trainer.algorithm.cispo.cispo_eps_clip_low", 1.0, 0.0,
+                      "skyrl-nb's CISPO band is SkyRL 0.4's, [0, 5] (ScaleRL's); 0.3's was [1, 6]", only="0.3"),
+    DefaultDifference("trainer.algorithm.cispo.cispo_eps_clip_high", 4.0, 5.0, "as cispo_eps_clip_low", only="0.3"),
 )
+
+
+def release(version: str | None) -> str:
+    """A SkyRL version as its release, major.minor: ``release("0.3.1")`` -> '0.3'; None -> :data:`SKYRL_VERSION`'s."""
+    return ".".join(str(version or SKYRL_VERSION).split(".")[:2])
+
+
+def release_problem(version: str | None) -> str | None:
+    """The one line for a SkyRL release the translation does not take, or None."""
+    if release(version) in SUPPORTED:
+        return None
+    return (f"run.engine: 'skyrl' is translated for SkyRL {', '.join(s + '.x' for s in SUPPORTED)}; the cluster has "
+            f"SkyRL {version}; install skyrl[fsdp]=={SKYRL_VERSION} there (docs/skyrl.md)")
+
+
+def default_differences(version: str | None = None) -> tuple[DefaultDifference, ...]:
+    """:data:`DEFAULT_DIFFERENCES` that hold for SkyRL ``version`` (None: :data:`SKYRL_VERSION`)."""
+    return tuple(d for d in DEFAULT_DIFFERENCES if d.only in (None, release(version)))
+
+
+def adapt_to_release(words: list[str], version: str) -> tuple[list[str], list[str]]:
+    """The bridge's ``key=value`` words for the installed SkyRL ``version``: a key that release lacks
+    (:data:`LACKING`) is dropped at the value that means the same, and refused (one line) at any other.
+    Returns ``(words, problems)``."""
+    lacking = LACKING.get(release(version), {})
+    kept, problems = [], []
+    for word in words:
+        key, _, text = word.partition("=")
+        if key not in lacking:
+            kept.append(word)
+            continue
+        default, why = lacking[key]
+        if yaml.safe_load(text) != default:
+            problems.append(_lacking_line(key, yaml.safe_load(text), default, why, version))
+    return kept, problems
+
+
+def _lacking_line(key: str, value: Any, default: Any, why: str, version: str | None) -> str:
+    return (f"{key}: {skyrl_value(value)} is not allowed with run.engine=skyrl on SkyRL {version}: {why}; allowed: "
+            f"{skyrl_value(default)}, or SkyRL {SKYRL_VERSION} on the cluster")
 
 
 # skyrl-nb keys SkyRL has no counterpart for, whose value does not change what is trained: key -> why
@@ -131,7 +194,7 @@ _NOT_SENT = {
 
 # skyrl-nb keys SkyRL has no counterpart for that change what is trained: refused unless at the default
 _REFUSED_UNLESS_DEFAULT: dict[str, tuple[Any, str]] = {
-    "trainer.async_one_step": (False, "SkyRL 0.3.0 has no one-step off-policy schedule; its asynchronous trainer "
+    "trainer.async_one_step": (False, "SkyRL has no one-step off-policy schedule; its asynchronous trainer "
                                       "is trainer.fully_async"),
     "trainer.max_restarts": (0, "the bridge's job has no restart supervisor (skyrl_engine.supervisor); resume by "
                                 "hand with job.resume()"),
@@ -143,8 +206,6 @@ _REFUSED_UNLESS_DEFAULT: dict[str, tuple[Any, str]] = {
 # bridge), so a new skyrl-nb run setting never reaches SkyRL's loader (which refuses unknown keys) unclassified
 SKYRL_NB_SECTIONS = ("run.", "trainer.alerts.")
 
-# SkyRL 0.3.0's fully async trainer refuses every policy loss that recomputes old log-probs (all of skyrl-nb's)
-_FULLY_ASYNC_LOSSES = ("rollout_is", "dppo")
 
 
 @dataclass
@@ -164,6 +225,8 @@ class SkyrlTranslation:
     store_token_data: bool = True
     columns: dict[str, str] = field(default_factory=dict)
     """``data.columns``: the bridge's ``--columns`` (how it reads the rows it writes in SkyRL's layout)."""
+    version: str = SKYRL_VERSION
+    """The SkyRL release the translation is for."""
 
     def check(self) -> SkyrlTranslation:
         """Raise ConfigError (one line per problem) unless SkyRL can take this config; return self."""
@@ -201,7 +264,7 @@ class SkyrlTranslation:
 
     def __repr__(self) -> str:
         state = f"{len(self.problems)} problem(s)" if self.problems else "ready"
-        return (f"SkyrlTranslation({len(self.overrides)} keys for SkyRL {SKYRL_VERSION}, {len(self.changed)} changed, "
+        return (f"SkyrlTranslation({len(self.overrides)} keys for SkyRL {self.version}, {len(self.changed)} changed, "
                 f"{len(self.not_sent)} not sent, {state}, run_dir={self.run_dir!r})")
 
     def _repr_html_(self) -> str:
@@ -244,16 +307,21 @@ def _reads_back(text: str, value: Any) -> bool:
         return False
 
 
-def translate(cfg: JobConfig) -> SkyrlTranslation:
-    """``cfg`` as SkyRL's dotted overrides, with every change, unsent key and problem (see the module docstring).
+def translate(cfg: JobConfig, version: str | None = None) -> SkyrlTranslation:
+    """``cfg`` as SkyRL's dotted overrides for SkyRL ``version`` (None: :data:`SKYRL_VERSION`; the cluster's, as its
+    probe found it, where known), with every change, unsent key and problem (see the module docstring).
 
     Never raises for a config SkyRL cannot take: ``problems`` holds the lines (``SkyrlTranslation.check``).
     """
     flat = cfg.to_dotted()
     t, a = cfg.trainer, cfg.trainer.algorithm
     run_dir = str(cfg.run_dir) if cfg.run_dir is not None else None
+    version = version or SKYRL_VERSION
     out = SkyrlTranslation(overrides={}, run_dir=run_dir, store_token_data=cfg.run.store_token_data,
-                           columns=dict(cfg.data.columns))
+                           columns=dict(cfg.data.columns), version=version)
+    lacking = LACKING.get(release(version), {})
+    if release_problem(version):
+        out.problems.append(str(release_problem(version)))
     gae = a.advantage_estimator == AdvantageEstimator.GAE
 
     def change(key: str, sent: Any, why: str) -> None:
@@ -266,6 +334,12 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
             out.not_sent[key] = _NOT_SENT.get(key) or _NOT_SENT["data.columns"]
             if key.startswith("reward.") and not cfg.reward.functions:
                 out.not_sent[key] = "no reward.functions: each row's environment scores (environment.env_class)"
+        elif key in lacking:
+            default, why = lacking[key]
+            if value != default:
+                out.problems.append(_lacking_line(key, value, default, why, version))
+            else:
+                out.not_sent[key] = f"{why}; at that value"
         elif key == "environment.env_class" and cfg.reward.functions:
             change(key, REWARD_ENV, f"reward.functions score every sample: the bridge's skyrl-gym environment "
                                     f"{REWARD_ENV} calls them (skyrl_engine.skyrl_reward_env)")
@@ -284,9 +358,9 @@ def translate(cfg: JobConfig) -> SkyrlTranslation:
                 out.overrides[key] = value  # read by the bridge's config class (see OVERLONG_KEYS)
         elif key == "trainer.strategy":
             if value == Strategy.DDP:
-                out.problems.append("trainer.strategy: ddp is not allowed with run.engine=skyrl: SkyRL 0.3.0 "
+                out.problems.append("trainer.strategy: ddp is not allowed with run.engine=skyrl: SkyRL "
                                     "trains with FSDP2 or Megatron; allowed: fsdp2, or run.engine=skyrl_nb")
-            change(key, "fsdp", "SkyRL 0.3.0 calls its FSDP2 backend 'fsdp' (validate_cfg renames 'fsdp2')")
+            change(key, "fsdp", "SkyRL calls its FSDP2 backend 'fsdp' (validate_cfg renames 'fsdp2')")
         elif key == "generator.inference_engine.backend":
             if value == Backend.TORCH:
                 change(key, "vllm", "skyrl-nb's torch sampler is not SkyRL's; SkyRL generates with vLLM")
@@ -353,13 +427,13 @@ def _reward_env_keys(cfg: JobConfig, run_dir: str | None, change: Any) -> None:
 
 
 def _problems(cfg: JobConfig) -> list[str]:
-    """What SkyRL 0.3.0's trainer refuses beyond the keys themselves, each as one line."""
+    """What SkyRL's trainer (as the bridge runs it) refuses beyond the keys themselves, each as one line."""
     t, g, a, p = cfg.trainer, cfg.generator, cfg.trainer.algorithm, cfg.trainer.placement
     found = []
-    if t.fully_async.enabled and a.policy_loss_type not in _FULLY_ASYNC_LOSSES:
-        found.append(f"trainer.fully_async.enabled: true is not allowed with run.engine=skyrl and "
-                     f"trainer.algorithm.policy_loss_type={a.policy_loss_type}: SkyRL 0.3.0's fully async trainer "
-                     f"takes only {', '.join(_FULLY_ASYNC_LOSSES)}; allowed: false, or run.engine=skyrl_nb")
+    if t.fully_async.enabled:
+        found.append(f"trainer.fully_async.enabled: true is not allowed with run.engine=skyrl: the bridge runs SkyRL's "
+                     f"synchronous trainer (SkyRL's fully async one has its own entrypoint and takes only "
+                     f"{', '.join(sorted(ROLLOUT_LOSSES))}); allowed: false, or run.engine=skyrl_nb")
     if p.colocate_all:
         policy_gpus = p.policy_num_nodes * p.policy_num_gpus_per_node
         engine_gpus = g.inference_engine.num_engines * g.inference_engine.tensor_parallel_size

@@ -6,7 +6,8 @@
 A config with ``run.engine: skyrl`` launches this (``skyrl_core.skyrl_translate`` writes the ``key=value``
 words; ``%skyrl launch --engine skyrl --dry-run`` prints the line). It runs SkyRL's experiment
 (``skyrl.train.entrypoints.main_base.BasePPOExp``, subclassed in ``skyrl_classes.py``) in this process,
-with SkyRL's Ray actors doing the GPU work, and:
+with SkyRL's Ray actors doing the GPU work. SkyRL 0.4 or 0.3 (``skyrl_translate.SUPPORTED``): the words are the
+translation's for 0.4, and on 0.3 the keys it lacks are dropped where that changes nothing, refused otherwise. And:
 
 - :class:`RunStoreTracker` is SkyRL's tracker: each ``tracker.log(metrics, step)`` becomes a metrics line
   with SkyRL's own names (step 0, eval before training, becomes an ``eval`` event), the status gets a
@@ -181,7 +182,7 @@ def _plain(value: Any) -> Any:
 
 
 def dashboard_aliases(metrics: Mapping[str, Any], policy_gpus: int = 1) -> dict[str, Any]:
-    """The names skyrl-nb's dashboard reads that SkyRL 0.3.0 spells otherwise, added beside SkyRL's own:
+    """The names skyrl-nb's dashboard reads that SkyRL (0.3, 0.4) spells otherwise, added beside SkyRL's own:
     ``trainer/tokens_per_second`` = SkyRL's ``trainer/tokens_per_second_per_gpu`` × policy GPUs (kept when
     the payload has it already), and the reward functions' series ``reward/<name>`` and ``reward/errors``, which
     SkyRL names after the environment that reports them (``environment/reward/<name>``,
@@ -383,13 +384,14 @@ def resume_step(ckpt_path: str, resume_mode: str | None, resume_path: str | None
 
 
 def probe() -> dict[str, Any]:
-    """Whether SkyRL's trainer imports in this Python: ``{"python", "skyrl", "expected", "error"}``
-    (``skyrl`` None and ``error`` one line when it does not)."""
+    """Whether SkyRL's trainer imports in this Python, and which SkyRL: ``{"python", "skyrl", "supported", "error"}``
+    (``skyrl`` the installed version, None and ``error`` one line when there is none that imports; ``supported``
+    the releases the translation takes, ``skyrl_translate.SUPPORTED``)."""
     from importlib import import_module, metadata
 
-    from skyrl_core.skyrl_translate import SKYRL_VERSION
+    from skyrl_core.skyrl_translate import SUPPORTED
 
-    report: dict[str, Any] = {"python": sys.version.split()[0], "skyrl": None, "expected": SKYRL_VERSION,
+    report: dict[str, Any] = {"python": sys.version.split()[0], "skyrl": None, "supported": list(SUPPORTED),
                               "error": None}
     try:
         report["skyrl"] = metadata.version("skyrl")
@@ -453,12 +455,23 @@ def main(argv: list[str] | None = None) -> int:
 def skyrl_config(words: Sequence[str], *, run_dir: str | None, columns: Mapping[str, str] | None = None
                  ) -> tuple[Any, dict[str, Any]]:
     """What the bridge hands SkyRL: ``words`` with skyrl-nb's inputs resolved (:func:`resolve_args`), loaded into
-    ``skyrl_classes.BridgeConfig`` by SkyRL's ``from_cli_overrides`` and checked by SkyRL's ``validate_cfg``.
-    Returns ``(cfg, resolved)``; ValueError with the one line (``data: ...`` or ``SkyRL refused the config: ...``)."""
+    ``skyrl_classes.BridgeConfig`` by SkyRL's ``from_cli_overrides`` and checked by SkyRL's ``validate_cfg``. The words
+    are the translation's for ``skyrl_translate.SKYRL_VERSION``; for an older release installed here the keys it lacks
+    are dropped where that changes nothing (``skyrl_translate.adapt_to_release``). Returns ``(cfg, resolved)``;
+    ValueError with the one line (a release it does not take, a key the release lacks, ``data: ...`` or ``SkyRL
+    refused the config: ...``)."""
+    from importlib import metadata
+
     from skyrl.train.utils import validate_cfg
 
+    from skyrl_core.skyrl_translate import adapt_to_release, release_problem
     from skyrl_engine.skyrl_classes import BridgeConfig  # imports SkyRL, an optional dependency
 
+    version = metadata.version("skyrl")
+    words, problems = adapt_to_release(list(words), version)  # the translation is for the newest release
+    problem = release_problem(version) or (problems[0] if problems else None)
+    if problem:
+        raise ValueError(problem)
     try:
         words, resolved = resolve_args(words, run_dir=run_dir, columns=columns)
     except (ValueError, OSError) as err:  # a data file that cannot be read, or a row SkyRL could not train on
@@ -472,6 +485,8 @@ def skyrl_config(words: Sequence[str], *, run_dir: str | None, columns: Mapping[
 
 
 def _run(args: argparse.Namespace, run_dir: str, tracker: RunStoreTracker) -> int:
+    from skyrl_core.skyrl_translate import SKYRL_VERSION
+
     try:
         from skyrl.train.utils.utils import initialize_ray
 
@@ -479,7 +494,7 @@ def _run(args: argparse.Namespace, run_dir: str, tracker: RunStoreTracker) -> in
         from skyrl_engine.skyrl_classes import experiment_class
     except Exception as err:  # noqa: BLE001 - any import failure means: no usable SkyRL here
         return _refuse(tracker, f"SkyRL's trainer does not import in this Python ({sys.version.split()[0]}): "
-                                f"{_one_line(err)}; install skyrl[fsdp]==0.3.0 on the cluster (docs/skyrl.md)")
+                                f"{_one_line(err)}; install skyrl[fsdp]=={SKYRL_VERSION} on the cluster (docs/skyrl.md)")
     try:
         cfg, resolved = skyrl_config(args.overrides, run_dir=run_dir, columns=args.columns)
     except ValueError as err:

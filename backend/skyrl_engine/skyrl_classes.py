@@ -1,7 +1,7 @@
 """SkyRL's own classes, extended for the bridge (``skyrl_bridge.py``). Importing this module imports SkyRL.
 
 - :class:`BridgeConfig`: ``SkyRLTrainConfig`` plus ``trainer.algorithm.overlong_buffer.{len, penalty_factor}``
-  (DAPO's soft overlong penalty, which SkyRL 0.3.0 keeps in its DAPO example rather than its core config) and
+  (DAPO's soft overlong penalty, which SkyRL 0.3 and 0.4 keep in their DAPO example rather than the core config) and
   ``environment.skyrl_gym.skyrl_nb_reward.*`` (the settings of the reward functions' environment,
   ``skyrl_reward_env``, which SkyRL's generator hands it as its ``env_config``) and ``environment.shipped``
   (environment classes from a notebook cell, registered before SkyRL's generator makes one), subclassed the way SkyRL's docs

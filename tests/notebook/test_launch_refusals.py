@@ -103,7 +103,7 @@ def test_two_problems_both_show_one_line_each_without_env_paths(tmp_path: Path) 
     error = "ImportError: libcudart.so.12: cannot open shared object file\n  File \"/opt/envs/.venv-skyrl/lib/" \
             "python3.12/site-packages/torch/__init__.py\", line 290"
     cluster._package_report = {"python": "3.12.3", "vllm": "missing", "modules": {"wandb": False},
-                               "skyrl": {"python": "3.12.3", "skyrl": "0.3.0", "expected": "0.3.0", "error": error}}
+                               "skyrl": {"python": "3.12.3", "skyrl": "0.4.0", "error": error}}
     overrides = [f"run.run_root={tmp_path}", "run.engine=skyrl", "trainer.logger=[console, wandb]"]
     form = skyrl_nb.configure("quickstart", overrides=overrides, cluster=cluster)
     assert [line.split(":")[0] for line in form.problems] == ["run.engine", "trainer.logger"], form.problems

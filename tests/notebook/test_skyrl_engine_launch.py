@@ -42,8 +42,9 @@ def _answer(skyrl: dict[str, Any]) -> str:
                        "modules": {"mlflow": False, "tensorboard": False, "wandb": False}})
 
 
-GOOD = _answer({"python": "3.12.3", "skyrl": "0.3.0", "expected": "0.3.0", "error": None})
-MISSING = _answer({"python": "3.12.3", "skyrl": None, "expected": "0.3.0", "error": "the skyrl package is not installed"})
+GOOD = _answer({"python": "3.12.3", "skyrl": "0.4.0", "error": None})
+OLDER = _answer({"python": "3.12.3", "skyrl": "0.3.0", "error": None})  # kept: the translation differs in one key
+MISSING = _answer({"python": "3.12.3", "skyrl": None, "error": "the skyrl package is not installed"})
 
 
 def _cluster(lines: list[str], state: str = "SUCCEEDED") -> Any:
@@ -59,9 +60,9 @@ def _cluster(lines: list[str], state: str = "SUCCEEDED") -> Any:
 
 @pytest.mark.parametrize("lines,state,fragment", [
     ([MISSING], "FAILED", "needs SkyRL's trainer on the cluster, and there it does not import (Python 3.12.3: the "
-                          "skyrl package is not installed); pip install 'skyrl[fsdp]==0.3.0'"),
-    ([GOOD.replace('"skyrl": "0.3.0"', '"skyrl": "0.4.0"')], "SUCCEEDED", "translated for SkyRL 0.3.0, the cluster "
-                                                                         "has SkyRL 0.4.0"),
+                          "skyrl package is not installed); pip install 'skyrl[fsdp]==0.4.0'"),
+    ([GOOD.replace('"skyrl": "0.4.0"', '"skyrl": "0.2.0"')], "SUCCEEDED", "translated for SkyRL 0.3.x, 0.4.x; the "
+                                                                         "cluster has SkyRL 0.2.0"),
     (["/usr/bin/python: No module named skyrl_engine"], "FAILED",
      "ended failed without an answer (its last line: /usr/bin/python: No module named skyrl_engine)"),
 ])
@@ -82,11 +83,28 @@ def test_plan_refuses_a_cluster_without_a_usable_skyrl(tmp_path: Path, lines: li
 def test_plan_says_which_skyrl_the_cluster_has_and_skyrl_nb_jobs_are_not_probed(tmp_path: Path) -> None:
     cluster = _cluster(["some log line", GOOD])
     plan = cluster.plan("quickstart", overrides=[f"run.run_root={tmp_path}", "run.engine=skyrl"], code="installed")
-    assert plan.delivery["skyrl"] == "SkyRL 0.3.0 imports on the cluster (Python 3.12.3; checked by a probe job)"
-    assert "skyrl: SkyRL 0.3.0 imports" in repr(plan)
+    assert plan.delivery["skyrl"] == "SkyRL 0.4.0 imports on the cluster (Python 3.12.3; checked by a probe job)"
+    assert "skyrl: SkyRL 0.4.0 imports" in repr(plan)
     quiet = _cluster([GOOD])
     assert "skyrl" not in quiet.plan("quickstart", overrides=[f"run.run_root={tmp_path}"], code="installed").delivery
     assert quiet.client.submitted == []
+
+
+def test_a_setting_skyrl_03_lacks_is_refused_on_a_03_cluster_in_one_line(tmp_path: Path) -> None:
+    """SkyRL 0.3 is kept (its probe passes), but CISPO's sampler anchor is 0.4's: one line naming the release found."""
+    from skyrl_core.config import ConfigError
+
+    rollout = [f"run.run_root={tmp_path}", "run.engine=skyrl", "trainer.algorithm.policy_loss_type=cispo",
+               "trainer.algorithm.cispo.cispo_anchor=rollout"]
+    plan = _cluster([OLDER]).plan("quickstart", overrides=[f"run.run_root={tmp_path}", "run.engine=skyrl"],
+                                  code="installed")
+    assert plan.delivery["skyrl"].startswith("SkyRL 0.3.0 imports on the cluster")
+    with pytest.raises(ConfigError) as info:
+        _cluster([OLDER]).plan("quickstart", overrides=rollout, code="installed")
+    (line,) = info.value.problems
+    assert line.startswith("trainer.algorithm.cispo.cispo_anchor: rollout is not allowed with run.engine=skyrl on "
+                           "SkyRL 0.3.0") and "allowed: old, or SkyRL 0.4.0 on the cluster" in line, line
+    assert _cluster([GOOD]).plan("quickstart", overrides=rollout, code="installed").delivery["skyrl"]
 
 
 def test_dry_run_prints_the_exact_command_launch_submits(shell: Any, tmp_path: Path, capsys: Any) -> None:

@@ -24,7 +24,12 @@
 SkyRL 0.3.0 on Python 3.11 needs three stand-ins before its trainer imports (none changes what is tested):
 ``skyrl.backends`` as a bare package (its ``__init__`` pulls ``skyrl.tinker.types``, which pydantic refuses
 on 3.11; MACHINE-NOTES.md), and ``torchdata.stateful_dataloader`` / ``skyrl.train.generators.skyrl_vlm_generator``
-(a GPU-env package and the vision generator, which imports those tinker types too).
+(a GPU-env package and the vision generator, which imports those tinker types too). SkyRL 0.4.0 on 3.12 needs only
+the torchdata one.
+
+Every case is loaded twice: as translated for the installed release, and (``bridge_cases``) as ``launch`` sends it,
+for the newest release, through the bridge's own adaptation to the installed one
+(``skyrl_translate.adapt_to_release``).
 """
 
 from __future__ import annotations
@@ -54,12 +59,13 @@ def stand_ins() -> None:
         m.__dict__.update(attrs)
         sys.modules[name] = m
 
-    backends = types.ModuleType("skyrl.backends")
-    backends.__path__ = [str(Path(skyrl.__path__[0]) / "backends")]
-    sys.modules["skyrl.backends"] = backends
     module("torchdata")
     module("torchdata.stateful_dataloader", StatefulDataLoader=object)
-    module("skyrl.train.generators.skyrl_vlm_generator", SkyRLVLMGymGenerator=object)
+    if sys.version_info < (3, 12):
+        backends = types.ModuleType("skyrl.backends")
+        backends.__path__ = [str(Path(skyrl.__path__[0]) / "backends")]
+        sys.modules["skyrl.backends"] = backends
+        module("skyrl.train.generators.skyrl_vlm_generator", SkyRLVLMGymGenerator=object)
 
 
 def plain(value: object) -> object:
@@ -115,8 +121,14 @@ def check_configs(spec: dict) -> dict:
         _, base_error = load(SkyRLTrainConfig, words)
         out[name] = {"error": error, "base_error": base_error,
                      "readback": {k: read(cfg, k) for k in keys} if cfg is not None else {}}
+    from skyrl_core.skyrl_translate import adapt_to_release
+
+    bridge = {}
+    for name, words in spec["bridge_cases"].items():
+        words, problems = adapt_to_release(words, metadata.version("skyrl"))
+        bridge[name] = {"error": problems[0] if problems else load(BridgeConfig, words)[1]}
     defaults = SkyRLTrainConfig()
-    return {"cases": out, "defaults": {k: read(defaults, k) for k in spec["nb_keys"]}}
+    return {"cases": out, "bridge_cases": bridge, "defaults": {k: read(defaults, k) for k in spec["nb_keys"]}}
 
 
 # ------------------------------------------------------------------------------ the run store, two steps
@@ -264,7 +276,9 @@ def run_store(spec: dict) -> dict:
     from skyrl_engine.skyrl_classes import BridgeConfig, experiment_class
 
     store = spec["store"]
-    cfg, error = load(BridgeConfig, store["args"])
+    from skyrl_core.skyrl_translate import adapt_to_release
+
+    cfg, error = load(BridgeConfig, adapt_to_release(store["args"], metadata.version("skyrl"))[0])
     if error:
         raise SystemExit(f"the run-store case's config was refused: {error}")
     rng = np.random.default_rng(0)

@@ -69,10 +69,12 @@ REFUSED = [  # overrides -> the start of the one line (each only with run.engine
     (["trainer.strategy=ddp", "trainer.placement.policy_num_gpus_per_node=2", "generator.inference_engine.num_engines=2",
       "trainer.micro_train_batch_size_per_gpu=64"], "trainer.strategy: ddp is not allowed with run.engine=skyrl"),
     (["trainer.async_one_step=true", "trainer.placement.colocate_all=false"],
-     "trainer.async_one_step: true is not allowed with run.engine=skyrl: SkyRL 0.3.0 has no one-step"),
+     "trainer.async_one_step: true is not allowed with run.engine=skyrl: SkyRL has no one-step"),
     (["trainer.fully_async.enabled=true", "trainer.placement.colocate_all=false"],
-     "trainer.fully_async.enabled: true is not allowed with run.engine=skyrl and trainer.algorithm.policy_loss_type="
-     "regular"),
+     "trainer.fully_async.enabled: true is not allowed with run.engine=skyrl: the bridge runs SkyRL's synchronous"),
+    (["trainer.fully_async.enabled=true", "trainer.placement.colocate_all=false",
+      "trainer.algorithm.policy_loss_type=rollout_is"],  # a loss SkyRL's fully async trainer takes: still not run
+     "trainer.fully_async.enabled: true is not allowed with run.engine=skyrl: the bridge runs SkyRL's synchronous"),
     (["trainer.placement.policy_num_gpus_per_node=2", "trainer.micro_train_batch_size_per_gpu=64"],
      "trainer.placement.colocate_all: true is not allowed with run.engine=skyrl when the policy's 2 GPU(s)"),
     (["trainer.placement.colocate_all=false", "trainer.placement.policy_num_gpus_per_node=2"],
@@ -81,7 +83,7 @@ REFUSED = [  # overrides -> the start of the one line (each only with run.engine
 ]
 
 
-@pytest.mark.parametrize("overrides,start", REFUSED, ids=[r[1].split(":")[0] for r in REFUSED])
+@pytest.mark.parametrize("overrides,start", REFUSED, ids=[f"{i}-{r[1].split(':')[0]}" for i, r in enumerate(REFUSED)])
 def test_what_skyrl_cannot_take_is_one_line_before_submission(tmp_path: Path, overrides: list[str], start: str) -> None:
     from skyrl_core.config import MAX_PROBLEM_CHARS, ConfigError, check_config
 
@@ -215,7 +217,7 @@ def test_the_bridge_without_skyrl_fails_in_one_line_and_says_so_in_the_run_store
                            "trainer.seed=3"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert done.returncode == 2, done.stderr[-2000:]
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("SkyRL's trainer does not import in this Python") and "skyrl[fsdp]==0.3.0" in line
+    assert line.startswith("SkyRL's trainer does not import in this Python") and "skyrl[fsdp]==0.4.0" in line
     status = RunReader(run_dir).status()
     assert status["state"] == "failed" and status["error"] == line
     probe = subprocess.run([sys.executable, "-m", "skyrl_engine.skyrl_bridge", "--probe"], capture_output=True,

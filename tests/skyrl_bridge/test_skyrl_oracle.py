@@ -1,16 +1,21 @@
-"""``run.engine: skyrl`` against SkyRL 0.3.0 itself, in its own environment (the parity tests' oracle env).
+"""``run.engine: skyrl`` against SkyRL itself, each release the translation takes (0.3.0 on Python 3.11, 0.4.0 on
+3.12), in its own environment (the parity tests' oracle envs). Every test runs once per release.
 
-One driver process (skyrl_bridge_driver.py, SkyRL's python) does the SkyRL side; this file, in our venv,
+One driver process per release (skyrl_bridge_driver.py, SkyRL's python) does the SkyRL side; this file, in our venv,
 builds the inputs and reads what came back:
 
-- config: every preset and a set of algorithm overrides (estimators, losses, DAPO's filters and overlong
+- config: every preset and a set of algorithm overrides (estimators, every policy loss with its keys, DAPO's filters
+  and overlong
   penalty, async, LoRA, KL, off-policy correction, placement, FSDP) translated by
-  ``skyrl_core.skyrl_translate``, loaded by SkyRL's ``from_cli_overrides`` and checked by its ``validate_cfg``;
+  ``skyrl_core.skyrl_translate`` for that release, loaded by SkyRL's ``from_cli_overrides`` and checked by its
+  ``validate_cfg`` (and the bridge's words adapted to the release, as the bridge does, load there too);
   every translated key read back from SkyRL's config object must hold the value skyrl-nb had (or, for the
   keys the translation says it changed, the value it says it sent); SkyRL's defaults must differ from
   skyrl-nb's exactly where ``DEFAULT_DIFFERENCES`` says, and every skyrl-nb key SkyRL lacks must be
   classified (not sent, refused unless default, or the bridge's own).
-- a job's own data and reward functions: a DataFrame and reward functions written as in a notebook cell, shipped
+- a job's own data and reward functions (0.3.0; on 0.4.0 only when a notebook-side Python 3.12 env is there to
+  pickle the cell's functions: functions shipped by value load only in the Python that pickled them, which the
+  version check before submission enforces): a DataFrame and reward functions written as in a notebook cell, shipped
   by ``JobInputs`` into the run folder and translated, go through the bridge's own config path in SkyRL's env
   (its inputs written as Parquet in SkyRL's layout, ``from_cli_overrides``, ``validate_cfg``); SkyRL's
   ``PromptDataset`` reads that Parquet and the generated environment (``skyrl_nb_reward``) scores responses there
@@ -19,8 +24,9 @@ builds the inputs and reads what came back:
   ``GeneratorOutput`` objects for two steps, must give a run store whose every metric, event, status field
   and trajectory field reads back through ``RunReader``, the dashboard's series and the inspector's data.
 
-The oracle env is built by ``scripts/skyrl_oracle_env.sh`` (``make test`` starts it in the background;
-``tests/conftest.py`` runs this file late, after it); the fixture waits for it as the parity tests do.
+The oracle envs are built by ``scripts/skyrl_oracle_env.sh [0.4.0]`` (``make test`` starts them in the background;
+``tests/conftest.py`` runs this file late, after them); the fixture waits for each as the parity tests do. Time here
+with the envs built: ~25 s for 0.3.0, ~45 s for 0.4.0 (its CUDA torch imports slowly), ~70 s in all.
 """
 
 from __future__ import annotations
@@ -40,14 +46,24 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 pytestmark = pytest.mark.slow
 ABSENT = "<absent>"
+VERSIONS = ("0.3.0", "0.4.0")  # the releases checked (skyrl_translate.SUPPORTED), oldest first
 BASE = "quickstart"
 
 # name -> (preset, overrides); every preset is added below
 CASES: dict[str, tuple[str, list[str]]] = {
     **{f"estimator:{e}": (BASE, [f"trainer.algorithm.advantage_estimator={e}"])
-       for e in ("grpo", "rloo", "reinforce++", "gae")},
+       for e in ("grpo", "rloo", "reinforce++", "gae", "maxrl")},
     **{f"loss:{loss}": (BASE, [f"trainer.algorithm.policy_loss_type={loss}"])
-       for loss in ("regular", "dual_clip", "gspo")},
+       for loss in ("regular", "dual_clip", "gspo", "rollout_is", "cross_entropy", "importance_sampling")},
+    "loss:sapo": (BASE, ["trainer.algorithm.policy_loss_type=sapo", "trainer.algorithm.sapo.tau_pos=1.5",
+                         "trainer.algorithm.sapo.tau_neg=2.0", "trainer.algorithm.loss_reduction=sequence_mean"]),
+    "loss:dppo": (BASE, ["trainer.algorithm.policy_loss_type=dppo", "trainer.algorithm.dppo.dppo_type=binary_kl",
+                         "trainer.algorithm.dppo.delta_low=0.05", "trainer.algorithm.dppo.delta_high=0.1"]),
+    "loss:clip_cov": (BASE, ["trainer.algorithm.policy_loss_type=clip_cov", "trainer.algorithm.clip_cov.clip_ratio=0.001",
+                             "trainer.algorithm.clip_cov.clip_cov_lb=0.5", "trainer.algorithm.clip_cov.clip_cov_ub=4.0"]),
+    "loss:kl_cov": (BASE, ["trainer.algorithm.policy_loss_type=kl_cov", "trainer.algorithm.kl_cov.kl_cov_frac=0.1",
+                           "trainer.algorithm.kl_cov.ppo_kl_coef=0.5"]),
+    "loss:cispo_rollout": (BASE, ["trainer.algorithm.policy_loss_type=cispo", "trainer.algorithm.cispo.cispo_anchor=rollout"]),
     "loss:cispo": (BASE, ["trainer.algorithm.policy_loss_type=cispo", "trainer.algorithm.cispo.cispo_eps_clip_low=0.1",
                           "trainer.algorithm.cispo.cispo_eps_clip_high=0.15"]),
     "reduction:sequence_mean": (BASE, ["trainer.algorithm.loss_reduction=sequence_mean"]),
@@ -109,13 +125,22 @@ REFUSED = {  # translation refusals: name -> (the line's start, whether SkyRL's 
     "placement:micro_batch_per_gpu": ("trainer.micro_train_batch_size_per_gpu: 128 does not divide one GPU's share", True),
     "placement:colocated_mismatch": ("trainer.placement.colocate_all: true is not allowed with run.engine=skyrl", True),
 }
+RELEASE_REFUSED = {  # refusals for one release only: release -> name -> (the line's start, SkyRL refuses it too)
+    # not sent to 0.3, which has no such key: our line before submission (the plan knows the cluster's release)
+    "0.3.0": {"loss:cispo_rollout": ("trainer.algorithm.cispo.cispo_anchor: rollout is not allowed with run.engine=skyrl "
+                                     "on SkyRL 0.3.0", False)},
+}
 STORE_OVERRIDES = ["trainer.train_batch_size=2", "trainer.policy_mini_batch_size=2", "trainer.critic_mini_batch_size=2",
                    "generator.n_samples_per_prompt=3", "trainer.micro_train_batch_size_per_gpu=3",
                    "generator.max_turns=2", "trainer.algorithm.overlong_buffer.len=2", "trainer.ckpt_interval=2"]
 STEPS = 2
 
 
-def _translations(root: Path) -> dict[str, Any]:
+def _refused(version: str) -> dict[str, tuple[str, bool]]:
+    return REFUSED | RELEASE_REFUSED.get(version, {})
+
+
+def _translations(root: Path, version: str) -> dict[str, Any]:
     from skyrl_core.config import PRESETS, check_config
     from skyrl_core.skyrl_translate import translate
 
@@ -124,7 +149,7 @@ def _translations(root: Path) -> dict[str, Any]:
     for i, (name, (preset, overrides)) in enumerate(cases.items()):
         cfg = check_config(preset, [f"run.run_id=case{i}", f"run.run_root={root}", *overrides],
                            check_files=name != "data_files")  # those files exist on the cluster, not here
-        out[name] = (cfg, translate(cfg))
+        out[name] = (cfg, translate(cfg, version))
     return out
 
 
@@ -189,23 +214,34 @@ def _cell_job(root: Path, model_dir: str) -> tuple[Any, Any]:
     return cfg, translate(cfg).check()
 
 
-@pytest.fixture(scope="module")
-def skyrl_side(oracle_python: str, tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Translations (ours) and what SkyRL's environment made of them, from one driver process (``oracle_python``:
-    tests/conftest.py, shared with the parity tests)."""
+@pytest.fixture(scope="module", params=VERSIONS)
+def skyrl_side(request: pytest.FixtureRequest, tiny_model_dir: str,
+               tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Translations (ours) for one SkyRL release and what SkyRL's environment made of them, from one driver process
+    (the release's oracle env, shared with the parity tests; built or waited for here)."""
+    from algorithms.parity_cases import build_oracle
+
     from skyrl_core.config import check_config, load_config
     from skyrl_core.skyrl_translate import translate
 
+    version = request.param
+    try:
+        oracle_python = build_oracle(version)
+    except RuntimeError as e:
+        pytest.fail(str(e))
     root = tmp_path_factory.mktemp("skyrl-runs")
     work = tmp_path_factory.mktemp("skyrl-driver")
-    translations = _translations(root)
+    translations = _translations(root, version)
     store_cfg = check_config(BASE, ["run.run_id=store", f"run.run_root={root}", *STORE_OVERRIDES])
-    store = translate(store_cfg).check()
-    cell_cfg, cell = _cell_job(root, tiny_model_dir)
+    store = translate(store_cfg).check()  # the words launch sends, for the newest release: the driver adapts them
     spec = {"cases": {name: t.args() for name, (_, t) in translations.items()},
+            "bridge_cases": {name: translate(cfg).args() for name, (cfg, _) in translations.items()},
             "nb_keys": list(load_config(None).to_dotted()),
-            "store": {"run_dir": store.run_dir, "args": store.args(), "steps": STEPS},
-            "inputs": {"argv": cell.command()[3:], "cache": str(work / "cache"), "responses": RESPONSES}}
+            "store": {"run_dir": store.run_dir, "args": store.args(), "steps": STEPS}}
+    cell = None
+    if sys.version_info[:2] == _python_of(oracle_python):  # shipped functions load only in the Python that pickled them
+        cell_cfg, cell = _cell_job(root, tiny_model_dir)
+        spec["inputs"] = {"argv": cell.command()[3:], "cache": str(work / "cache"), "responses": RESPONSES}
     (work / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'backend'}", "OMP_NUM_THREADS": "1",
            "RAY_AUTH_MODE": "disabled", "HF_DATASETS_CACHE": str(work / "hf-datasets")}
@@ -213,29 +249,61 @@ def skyrl_side(oracle_python: str, tiny_model_dir: str, tmp_path_factory: pytest
                            str(work / "result.json")], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, f"SkyRL driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     result = json.loads((work / "result.json").read_text())
-    print(f"SkyRL side: config cases {result['config_s']:.1f} s, a job's own inputs "
-          f"{result['inputs'].get('total_s', 0):.1f} s, whole driver {result['total_s']:.1f} s", file=sys.stderr)
-    return {"translations": translations, "result": result, "store_dir": Path(store.run_dir), "store_cfg": store_cfg,
-            "cell": (cell_cfg, cell)}
+    print(f"SkyRL {version} side: config cases {result['config_s']:.1f} s, a job's own inputs "
+          f"{result.get('inputs', {}).get('total_s', 0):.1f} s, whole driver {result['total_s']:.1f} s", file=sys.stderr)
+    return {"version": version, "translations": translations, "result": result, "store_dir": Path(store.run_dir),
+            "store_cfg": store_cfg, "cell": (cell_cfg, cell) if cell is not None else None}
+
+
+def _python_of(python: str) -> tuple[int, int]:
+    done = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True,
+                          check=True)
+    major, minor = done.stdout.split()
+    return int(major), int(minor)
+
+
+def _cell(skyrl_side: dict) -> tuple[Any, Any]:
+    if skyrl_side["cell"] is None:
+        pytest.skip(f"SkyRL {skyrl_side['version']}'s env runs another Python than this one: the cell's functions, "
+                    "pickled by value here, do not load there (the 0.3.0 run checks this path)")
+    return skyrl_side["cell"]
 
 
 # ------------------------------------------------------------------------------------------ config
 
 
-def test_the_oracle_is_the_release_the_translation_is_written_for(skyrl_side: dict) -> None:
-    from skyrl_core.skyrl_translate import SKYRL_VERSION
+def test_the_oracle_is_a_release_the_translation_takes(skyrl_side: dict) -> None:
+    from skyrl_core.skyrl_translate import SKYRL_VERSION, SUPPORTED, release
 
-    assert skyrl_side["result"]["skyrl_version"] == SKYRL_VERSION
+    assert skyrl_side["result"]["skyrl_version"] == skyrl_side["version"]
+    assert release(skyrl_side["version"]) in SUPPORTED and SKYRL_VERSION == VERSIONS[-1]
+    for name, (_, t) in skyrl_side["translations"].items():
+        assert t.version == skyrl_side["version"], name
+
+
+def test_the_words_launch_sends_load_in_each_release_as_the_bridge_adapts_them(skyrl_side: dict) -> None:
+    """``launch`` translates for the newest release; the bridge adapts the words to the one installed
+    (``adapt_to_release``): every case SkyRL took as translated for its release, it takes so too."""
+    got, refused = skyrl_side["result"]["bridge_cases"], _refused(skyrl_side["version"])
+    assert set(got) == set(skyrl_side["translations"])
+    for name, error in ((name, got[name]["error"]) for name in got):
+        if name in RELEASE_REFUSED.get(skyrl_side["version"], {}):  # the bridge's one line, the translation's own
+            assert error is not None and error.startswith(refused[name][0]), (name, error)
+        elif name in refused and refused[name][1]:
+            assert error is not None, name  # SkyRL refuses it too
+        else:
+            assert error is None, (name, error)
 
 
 def test_every_preset_and_override_translates_into_a_config_skyrl_loads_and_validates(skyrl_side: dict) -> None:
     from skyrl_core.config import PRESETS
 
     translations, cases = skyrl_side["translations"], skyrl_side["result"]["cases"]
+    refused = _refused(skyrl_side["version"])
     assert {f"preset:{p}" for p in PRESETS} <= set(cases)
     for name, (_, t) in translations.items():
-        assert t.problems == [] or name in REFUSED, (name, t.problems)
-        if name in REFUSED and REFUSED[name][1]:  # our one line before submission, SkyRL's own refusal after
+        assert t.problems == [] or name in refused, (name, t.problems)
+        if name in refused and refused[name][1]:  # our one line before submission, SkyRL's own refusal after
             assert cases[name]["error"] is not None, name
             continue
         assert cases[name]["error"] is None, (name, cases[name]["error"])
@@ -253,8 +321,9 @@ def test_every_preset_and_override_translates_into_a_config_skyrl_loads_and_vali
 
 def test_every_translated_key_reads_back_from_skyrls_config_with_skyrl_nbs_value(skyrl_side: dict) -> None:
     checked = 0
+    refused = _refused(skyrl_side["version"])
     for name, (cfg, t) in skyrl_side["translations"].items():
-        if name in REFUSED and REFUSED[name][1]:
+        if name in refused and refused[name][1]:
             continue  # SkyRL refused it too: nothing to read back
         readback = skyrl_side["result"]["cases"][name]["readback"]
         changed = {c.key: c for c in t.changed}
@@ -278,10 +347,15 @@ def test_the_changes_are_the_stated_ones(skyrl_side: dict) -> None:
     assert changed["generator.inference_engine.backend"] == ("torch", "vllm")
     assert changed["trainer.ckpt_path"] == (None, f"{cfg.run_dir}/checkpoints")
     assert "trainer.logger" not in changed and t.overrides["trainer.logger"] == "console"  # the same key and names
+    from skyrl_core.skyrl_translate import LACKING, release
+
     assert {"trainer.num_threads", "trainer.share_prompt_prefix", "run.run_root", "run.run_id", "run.store_token_data",
             "run.engine"} <= set(t.not_sent)
-    assert all(k.startswith(("run.", "reward.", "trainer.alerts.")) or k in ("trainer.num_threads", "trainer.share_prompt_prefix",
-                                                            "data.columns", "environment.shipped") for k in t.not_sent)
+    lacking = set(LACKING.get(release(skyrl_side["version"]), {}))
+    assert all(k.startswith(("run.", "reward.", "trainer.alerts.")) or k in lacking
+               or k in ("trainer.num_threads", "trainer.share_prompt_prefix", "data.columns", "environment.shipped")
+               for k in t.not_sent)
+    assert lacking <= set(t.not_sent)  # 0.3: cispo_anchor at 'old' is not sent
     gae_cfg, gae = skyrl_side["translations"]["estimator:gae"]
     assert {c.key: c.sent for c in gae.changed}["trainer.critic.model.path"] == gae_cfg.trainer.policy.model.path
 
@@ -289,20 +363,23 @@ def test_the_changes_are_the_stated_ones(skyrl_side: dict) -> None:
 def test_refusals_are_one_line_each_and_block_validation(skyrl_side: dict) -> None:
     from skyrl_core.config import ConfigError, check_config
 
-    for name, (start, _) in REFUSED.items():
+    for name, (start, _) in _refused(skyrl_side["version"]).items():
         cfg, t = skyrl_side["translations"][name]
         (line,) = t.problems
         assert line.startswith(start) and "\n" not in line and "allowed:" in line, line
+        with pytest.raises(ConfigError):
+            t.command()
+        if name in RELEASE_REFUSED.get(skyrl_side["version"], {}):
+            check_config(cfg, ["run.engine=skyrl"])  # fine for the newest release: the plan refuses it on this one
+            continue
         with pytest.raises(ConfigError) as info:  # with run.engine=skyrl the one validation refuses it
             check_config(cfg, ["run.engine=skyrl"])
         assert line in info.value.problems
-        with pytest.raises(ConfigError):
-            t.command()
 
 
 def test_skyrls_defaults_differ_from_skyrl_nbs_exactly_where_stated(skyrl_side: dict) -> None:
     from skyrl_core.config import load_config
-    from skyrl_core.skyrl_translate import DEFAULT_DIFFERENCES
+    from skyrl_core.skyrl_translate import default_differences
 
     ours = load_config(None).to_dotted()
     theirs = skyrl_side["result"]["defaults"]
@@ -312,7 +389,7 @@ def test_skyrls_defaults_differ_from_skyrl_nbs_exactly_where_stated(skyrl_side: 
             return [expand(x) for x in v]
         return os.path.expanduser(v) if isinstance(v, str) else v
 
-    stated = {d.key: d for d in DEFAULT_DIFFERENCES}
+    stated = {d.key: d for d in default_differences(skyrl_side["version"])}
     differ = {k for k, v in ours.items() if theirs[k] != ABSENT and theirs[k] != v}
     assert differ == set(stated), f"not stated: {differ - set(stated)}; stated but equal: {set(stated) - differ}"
     for key, d in stated.items():
@@ -324,6 +401,7 @@ def test_every_key_skyrl_lacks_is_classified(skyrl_side: dict) -> None:
 
     lacking = {k for k, v in skyrl_side["result"]["defaults"].items() if v == ABSENT}
     classified = set(st._NOT_SENT) | set(st._REFUSED_UNLESS_DEFAULT) | set(st.OVERLONG_KEYS)
+    classified |= set(st.LACKING.get(st.release(skyrl_side["version"]), {}))
     classified |= {k for k in lacking if k.startswith(st.SKYRL_NB_SECTIONS)}
     assert lacking <= classified, f"skyrl-nb keys SkyRL lacks with no rule in skyrl_translate: {lacking - classified}"
     assert "trainer.async_one_step" in lacking and "trainer.num_threads" in lacking
@@ -335,7 +413,7 @@ def test_every_key_skyrl_lacks_is_classified(skyrl_side: dict) -> None:
 def test_a_dataframe_and_cell_rewards_translate_and_pass_skyrls_validate_cfg(skyrl_side: dict) -> None:
     from skyrl_core.skyrl_translate import REWARD_ENV, REWARD_ENV_KEY
 
-    cfg, t = skyrl_side["cell"]
+    cfg, t = _cell(skyrl_side)
     got = skyrl_side["result"]["inputs"]
     assert got["error"] is None, got["error"]  # resolved, loaded by from_cli_overrides, validate_cfg passed
     changed = {c.key: c for c in t.changed}
@@ -359,6 +437,7 @@ def test_a_dataframe_and_cell_rewards_translate_and_pass_skyrls_validate_cfg(sky
 
 
 def test_the_generated_environment_scores_responses_in_skyrls_process(skyrl_side: dict) -> None:
+    _cell(skyrl_side)
     got = skyrl_side["result"]["inputs"]
     samples = got["samples"]
     assert len(samples) == len(QUESTIONS) * len(RESPONSES)
