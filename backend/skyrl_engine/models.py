@@ -3,11 +3,22 @@
 ``builtin://tiny-qwen2`` is a ~0.5 M parameter Qwen2 with a character-level tokenizer and a
 Qwen-style chat template, built here (no hub). From random init GRPO cannot find the arithmetic
 task's signal on a CPU, so the model is warm-started by a short supervised phase on the task's
-train rows (100 steps of 64 on the operands-0..4 task: greedy accuracy ~0.39, sampled reward ~0.25,
-leaving room for RL; 30-60 steps left it near chance (~0.15) and GRPO barely moved it;
-``sft_label_smoothing`` can widen the sampling distribution, but measured runs learned less with it), then cached under ``$SKYRL_NB_CACHE/models/<hash>/`` (default ``~/.cache/skyrl-nb``)
+train rows (30 steps of 64 on the operands-0..4 task: reward 0.27-0.31 over the quickstart's first 20
+steps, which every ``trainer.seed`` 1..8 then raised by +0.26 to +0.49 by its 190th, under native and
+portable kernels alike; 50 steps started at ~0.45 and left less room), then cached under ``$SKYRL_NB_CACHE/models/<hash>/`` (default ``~/.cache/skyrl-nb``)
 so later runs load it in a second. Two processes building it at once are safe: a file lock
 serialises the build, and the directory appears by atomic rename.
+
+The warm start is the same on every CPU (recipe version 2): trained in float64 with its weights put back
+on a fixed grid (multiples of 2^-20) after every step, from an integer-drawn init on that grid. The
+kernels' last-bit differences (AVX2, AVX-512, torch's portable ones, MKL's paths) are ~1e-16 relative, far
+below the grid's step, so every machine rounds each step to the same weights unless a value lands that close
+to a rounding boundary (not seen: identical under AVX2, AVX-512 and the portable kernels;
+``bench/quickstart_spread.py`` hashes the builds under two kernel sets). The weights are exact in float32.
+In float32, or in float64 without the grid, those differences grew through training (float64: 1e-11
+relative after 10 steps, 5e-4 after 100) until the warm start, and how much the quickstart learned,
+depended on the CPU. It is one model per task (rows), not per ``trainer.seed``: seeds differ in the RL
+phase only.
 """
 
 from __future__ import annotations
@@ -47,11 +58,17 @@ class TinyModelSpec:
     num_key_value_heads: int = TINY_MODEL_SHAPE["num_key_value_heads"]
     intermediate_size: int = TINY_MODEL_SHAPE["intermediate_size"]
     max_position_embeddings: int = TINY_MODEL_SHAPE["max_position_embeddings"]
-    sft_steps: int = 100
+    sft_steps: int = 30
     sft_batch_size: int = 64
     sft_lr: float = 3e-3
     sft_label_smoothing: float = 0.0
-    version: int = 1  # bump when the build recipe changes, so caches rebuild
+    sft_grid_bits: int = 20  # weights live on multiples of 2**-sft_grid_bits (module docstring)
+    init_std: float = 0.02  # of the grid init (uniform), as Qwen2's initializer_range
+    version: int = 2  # bump when the build recipe changes, so caches rebuild (2: float64 on a grid)
+
+
+#: The seed of the tiny model's init and warm-start batches: one warm start per task, whatever ``trainer.seed``.
+WARM_START_SEED = 42
 
 
 def build_char_tokenizer():
@@ -163,8 +180,9 @@ def _rows_fingerprint(rows: list[PromptRow]) -> str:
     return h.hexdigest()[:16]
 
 
-def tiny_model_dir(rows: list[PromptRow], seed: int, spec: TinyModelSpec = TinyModelSpec()) -> str:
-    """The cache directory the warm-started tiny model for these rows and seed lives in."""
+def tiny_model_dir(rows: list[PromptRow], seed: int = WARM_START_SEED, spec: TinyModelSpec = TinyModelSpec()) -> str:
+    """The cache directory the warm-started tiny model for these rows (and warm-start seed) lives in; the key
+    holds the recipe (``spec``, its ``version`` included), so a changed recipe never reuses an old build."""
     key = json.dumps({"spec": asdict(spec), "seed": seed, "data": _rows_fingerprint(rows)}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return os.path.join(cache_root(), "models", f"tiny-qwen2-{digest}")
@@ -193,10 +211,38 @@ def _new_tiny_model(tokenizer, spec: TinyModelSpec, seed: int):
         return Qwen2ForCausalLM(config)
 
 
-def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyModelSpec, seed: int) -> list[float]:
-    """Train on ``prompt → ground_truth<|im_end|>`` for ``spec.sft_steps`` steps; return the losses.
+def grid_init(model, spec: TinyModelSpec, seed: int) -> None:
+    """Re-draw ``model``'s matrices (every parameter of 2+ dimensions) as integers times ``2**-sft_grid_bits``,
+    uniform with standard deviation ``spec.init_std``, from numpy's integer generator: the same bits on every
+    CPU (torch's ``normal_`` draws differently under different vector kernels). Norms and biases keep their
+    constant init."""
+    import numpy as np
+    import torch
 
-    Only the answer tokens carry loss. Deterministic: batches come from a generator seeded by ``seed``.
+    rng = np.random.default_rng(seed)
+    half_width = round(spec.init_std * 3**0.5 * 2**spec.sft_grid_bits)
+    with torch.no_grad():
+        for _, param in sorted(model.named_parameters()):
+            if param.dim() >= 2:
+                ints = rng.integers(-half_width, half_width + 1, size=tuple(param.shape))
+                param.copy_(torch.from_numpy(ints.astype(np.float64) * 2.0**-spec.sft_grid_bits))
+
+
+def _snap_to_grid(model, bits: int) -> None:
+    """Round every parameter to the nearest multiple of ``2**-bits`` (exact: scaling by a power of two)."""
+    import torch
+
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.round(param * 2.0**bits) * 2.0**-bits)
+
+
+def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyModelSpec, seed: int) -> list[float]:
+    """Train on ``prompt → answer<|im_end|>`` for ``spec.sft_steps`` steps; return the losses.
+
+    Only the answer tokens carry loss. Deterministic on every CPU (module docstring): batches come from a
+    generator seeded by ``seed``, the arithmetic is float64, and the weights go back on the grid after every
+    step; ``model`` ends in float32.
     """
     import torch
 
@@ -206,6 +252,8 @@ def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyMod
         answer_ids = tokenizer.encode(warm_start_answer(row), add_special_tokens=False) + [tokenizer.eos_token_id]
         examples.append((prompt_ids, answer_ids))
     gen = torch.Generator().manual_seed(seed)
+    model.to(torch.float64)
+    _snap_to_grid(model, spec.sft_grid_bits)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
     model.train()
     losses = []
@@ -221,7 +269,7 @@ def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyMod
             input_ids_BL[b, : len(p) + len(a)] = torch.tensor(p + a)
             labels_BL[b, len(p) : len(p) + len(a)] = torch.tensor(a)
             mask_BL[b, : len(p) + len(a)] = 1
-        logits_BLV = model(input_ids=input_ids_BL, attention_mask=mask_BL).logits[:, :-1].float()
+        logits_BLV = model(input_ids=input_ids_BL, attention_mask=mask_BL).logits[:, :-1]
         loss = torch.nn.functional.cross_entropy(
             logits_BLV.reshape(-1, logits_BLV.shape[-1]),
             labels_BL[:, 1:].reshape(-1),
@@ -231,20 +279,28 @@ def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyMod
         opt.zero_grad()
         loss.backward()
         opt.step()
+        _snap_to_grid(model, spec.sft_grid_bits)
         losses.append(loss.item())
     model.eval()
+    limit = 2.0 ** (24 - spec.sft_grid_bits)  # grid values below this are exact in float32's 24-bit mantissa
+    largest = max(p.abs().max().item() for p in model.parameters())
+    if largest >= limit:
+        raise RuntimeError(f"tiny model warm start: a weight reached {largest}, beyond float32's exact range "
+                           f"{limit} for sft_grid_bits={spec.sft_grid_bits}")
+    model.to(torch.float32)
     return losses
 
 
 def model_build_note(path: str, rows: list[PromptRow] | None, seed: int) -> str | None:
     """What a person reads while ``resolve_model_path`` builds a model the cache does not hold yet, else None.
+    ``seed``: the run's ``trainer.seed``, which the tiny model no longer depends on (``WARM_START_SEED``).
 
     The tiny model is trained for tens of seconds on a cold cache, once; saying so keeps a long "model
     load" from looking stuck.
     """
     if path != TINY_MODEL or not rows:
         return None
-    if os.path.exists(os.path.join(tiny_model_dir(rows, seed), "model.safetensors")):
+    if os.path.exists(os.path.join(tiny_model_dir(rows), "model.safetensors")):
         return None
     home = os.path.expanduser("~")
     where = cache_root()
@@ -252,8 +308,9 @@ def model_build_note(path: str, rows: list[PromptRow] | None, seed: int) -> str 
     return f"building the tiny model (one-time, cached in {where})"
 
 
-def build_tiny_model(rows: list[PromptRow], seed: int, spec: TinyModelSpec = TinyModelSpec()) -> str:
-    """Build (or reuse from cache) the warm-started tiny model; return its local directory."""
+def build_tiny_model(rows: list[PromptRow], seed: int = WARM_START_SEED, spec: TinyModelSpec = TinyModelSpec()) -> str:
+    """Build (or reuse from cache) the warm-started tiny model; return its local directory. ``seed``: of its
+    init and warm-start batches (the quickstart's is ``WARM_START_SEED`` whatever ``trainer.seed``)."""
     import torch
 
     final_dir = tiny_model_dir(rows, seed, spec)
@@ -264,6 +321,7 @@ def build_tiny_model(rows: list[PromptRow], seed: int, spec: TinyModelSpec = Tin
             return final_dir  # another process built it while we waited
         tokenizer = build_char_tokenizer()
         model = _new_tiny_model(tokenizer, spec, seed)
+        grid_init(model, spec, seed)
         with torch.random.fork_rng():
             losses = supervised_warm_start(model, tokenizer, rows, spec, seed)
         tmp = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(final_dir))
@@ -274,7 +332,9 @@ def build_tiny_model(rows: list[PromptRow], seed: int, spec: TinyModelSpec = Tin
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             with open(os.path.join(tmp, "warm_start.json"), "w") as f:
-                json.dump({"spec": asdict(spec), "seed": seed, "sft_losses": losses}, f)
+                json.dump({"spec": asdict(spec), "seed": seed, "torch": torch.__version__,
+                           "recipe": "float64 on a 2**-sft_grid_bits grid: the same weights on every CPU",
+                           "sft_losses": losses}, f)
             os.rename(tmp, final_dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -285,12 +345,13 @@ def build_tiny_model(rows: list[PromptRow], seed: int, spec: TinyModelSpec = Tin
 def resolve_model_path(path: str, train_rows: list[PromptRow] | None, seed: int) -> str:
     """A local Hugging Face directory for ``trainer.policy.model.path``: a directory itself (its EOS checked
     against its config), the built tiny model, or a GGUF file / the packaged SmolLM2 converted once into
-    the model cache (gguf_models.py)."""
+    the model cache (gguf_models.py). ``seed``: the run's ``trainer.seed``; no built-in model depends on it
+    (the tiny model's warm start is one per task, ``WARM_START_SEED``)."""
 
     if path == TINY_MODEL:
         if not train_rows:
             raise ValueError(f"{TINY_MODEL} is warm-started on the train data, but data.train_data is empty")
-        return build_tiny_model(train_rows, seed)
+        return build_tiny_model(train_rows)
     if path == SMOLLM2:
         return gguf_model_dir(packaged_smollm2())
     if path.startswith("builtin://"):

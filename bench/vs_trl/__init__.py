@@ -212,13 +212,18 @@ def report(result: dict, out: str | None, shown: dict | None = None) -> None:
 
 
 def model_dir_for(setup: dict, seed: int) -> str:
-    """The model directory the engine trains for ``setup`` at ``seed`` (built into the model cache if missing)."""
+    """The model directory the engine trains for ``setup`` at ``seed`` (built into the model cache if missing).
+    The built-in tiny model is warm-started at ``seed`` (the quickstart's own warm start is seed 42 whatever
+    ``trainer.seed``: ``skyrl_engine.models.WARM_START_SEED``)."""
     from skyrl_core.config import load_config
-    from skyrl_engine.models import resolve_model_path
+    from skyrl_engine.models import TINY_MODEL, build_tiny_model, resolve_model_path
     from skyrl_engine.tasks import load_prompts
 
     cfg = load_config(setup["preset"], [f"trainer.seed={seed}", *setup["overrides"]])
-    return resolve_model_path(cfg.trainer.policy.model.path, load_prompts(cfg.data.train_data), seed)
+    rows = load_prompts(cfg.data.train_data)
+    if cfg.trainer.policy.model.path == TINY_MODEL:
+        return build_tiny_model(rows, seed)
+    return resolve_model_path(cfg.trainer.policy.model.path, rows, seed)
 
 
 def _summary(side: dict, tail: int, load: tuple[float, float]) -> dict:
