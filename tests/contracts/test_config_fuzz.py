@@ -181,6 +181,8 @@ def _check_lines(lines: list[str], problems: list[Problem], prefix: str | None) 
     for p in problems:  # every independent problem shows, under its own key
         if p.registry and plugin_failed:
             continue
+        if prefix == "config" and p.expect.startswith("data."):
+            continue  # an unreadable source leaves data.columns unknown: the data files' check (it reads both) waits
         assert any(line.startswith(f"{p.expect}:") or line.startswith(f"{p.overrides[-1]}:") for line in lines), \
             (p, lines)
     if prefix is not None:
