@@ -13,9 +13,10 @@ builds the inputs and reads what came back:
   keys the translation says it changed, the value it says it sent); SkyRL's defaults must differ from
   skyrl-nb's exactly where ``DEFAULT_DIFFERENCES`` says, and every skyrl-nb key SkyRL lacks must be
   classified (not sent, refused unless default, or the bridge's own).
-- a job's own data and reward functions (0.3.0; on 0.4.0 only when a notebook-side Python 3.12 env is there to
-  pickle the cell's functions: functions shipped by value load only in the Python that pickled them, which the
-  version check before submission enforces): a DataFrame and reward functions written as in a notebook cell, shipped
+- a job's own data and reward functions: a notebook in SkyRL's own Python gathers them (functions shipped by value
+  load only in the Python that pickled them, which the check of the cluster's Python before submission enforces):
+  this process for 0.3.0, the notebook side's Python 3.12 env (scripts/py312_env.sh) for 0.4.0. A DataFrame and
+  reward functions written as in a notebook cell, shipped
   by ``JobInputs`` into the run folder and translated, go through the bridge's own config path in SkyRL's env
   (its inputs written as Parquet in SkyRL's layout, ``from_cli_overrides``, ``validate_cfg``); SkyRL's
   ``PromptDataset`` reads that Parquet and the generated environment (``skyrl_nb_reward``) scores responses there
@@ -238,10 +239,11 @@ def skyrl_side(request: pytest.FixtureRequest, tiny_model_dir: str,
             "bridge_cases": {name: translate(cfg).args() for name, (cfg, _) in translations.items()},
             "nb_keys": list(load_config(None).to_dotted()),
             "store": {"run_dir": store.run_dir, "args": store.args(), "steps": STEPS}}
-    cell = None
-    if sys.version_info[:2] == _python_of(oracle_python):  # shipped functions load only in the Python that pickled them
-        cell_cfg, cell = _cell_job(root, tiny_model_dir)
-        spec["inputs"] = {"argv": cell.command()[3:], "cache": str(work / "cache"), "responses": RESPONSES}
+    # functions shipped by value load only in the Python that pickled them: a notebook in SkyRL's Python ships them
+    there = _python_of(oracle_python)
+    cell_cfg, cell = (_cell_job(root, tiny_model_dir) if there == sys.version_info[:2]
+                      else _cell_job_in(_notebook_python(there), root, tiny_model_dir, work))
+    spec["inputs"] = {"argv": cell.command()[3:], "cache": str(work / "cache"), "responses": RESPONSES}
     (work / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'backend'}", "OMP_NUM_THREADS": "1",
            "RAY_AUTH_MODE": "disabled", "HF_DATASETS_CACHE": str(work / "hf-datasets")}
@@ -252,7 +254,7 @@ def skyrl_side(request: pytest.FixtureRequest, tiny_model_dir: str,
     print(f"SkyRL {version} side: config cases {result['config_s']:.1f} s, a job's own inputs "
           f"{result.get('inputs', {}).get('total_s', 0):.1f} s, whole driver {result['total_s']:.1f} s", file=sys.stderr)
     return {"version": version, "translations": translations, "result": result, "store_dir": Path(store.run_dir),
-            "store_cfg": store_cfg, "cell": (cell_cfg, cell) if cell is not None else None}
+            "store_cfg": store_cfg, "cell": (cell_cfg, cell)}
 
 
 def _python_of(python: str) -> tuple[int, int]:
@@ -262,10 +264,33 @@ def _python_of(python: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def _notebook_python(version: tuple[int, int]) -> str:
+    """A notebook-side env in Python ``version`` (3.12: scripts/py312_env.sh's, which ``make test`` builds)."""
+    if version != (3, 12):
+        pytest.fail(f"no notebook-side env for Python {version}")
+    done = subprocess.run(["bash", str(REPO / "scripts" / "py312_env.sh")], capture_output=True, text=True)
+    if done.returncode:
+        pytest.fail(f"scripts/py312_env.sh failed: {done.stderr[-1500:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _cell_job_in(python: str, root: Path, model_dir: str, work: Path) -> tuple[Any, Any]:
+    """:func:`_cell_job` run by a notebook in another Python (``python``: the cell's functions pickled there), its
+    config read back here from the YAML it wrote."""
+    from skyrl_core.config import load_config
+    from skyrl_core.skyrl_translate import translate
+
+    script = ("import sys, json; from pathlib import Path; import test_skyrl_oracle as t; "
+              f"cfg, _ = t._cell_job(Path({str(root)!r}), {model_dir!r}); "
+              f"Path({str(work / 'cell.yaml')!r}).write_text(cfg.to_yaml())")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)])}
+    done = subprocess.run([python, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cfg = load_config(str(work / "cell.yaml"))
+    return cfg, translate(cfg).check()
+
+
 def _cell(skyrl_side: dict) -> tuple[Any, Any]:
-    if skyrl_side["cell"] is None:
-        pytest.skip(f"SkyRL {skyrl_side['version']}'s env runs another Python than this one: the cell's functions, "
-                    "pickled by value here, do not load there (the 0.3.0 run checks this path)")
     return skyrl_side["cell"]
 
 
