@@ -27,7 +27,8 @@ builds the inputs and reads what came back:
 
 The oracle envs are built by ``scripts/skyrl_oracle_env.sh [0.4.0]`` (``make test`` starts them in the background;
 ``tests/conftest.py`` runs this file late, after them); the fixture waits for each as the parity tests do. Time here
-with the envs built: ~25 s for 0.3.0, ~45 s for 0.4.0 (its CUDA torch imports slowly), ~70 s in all.
+with the envs built: 152 s for both (85 s 0.3.0 with the tiny model's build, 66 s 0.4.0) while three other agents
+loaded the 2 cores.
 """
 
 from __future__ import annotations
