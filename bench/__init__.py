@@ -80,6 +80,8 @@ STUDIES: tuple[Study, ...] = (
           "s3_dashboard.json", quick=True),
     Study("ray_process_costs", "what Ray's processes cost: import ray, cluster shutdown",
           "reported (before/after ratios)", "ray_process_costs.json", "--shutdown"),
+    Study("memory", "peak memory of the quickstart's whole process tree (Ray head, driver, workers, kernel), "
+          "and of the smollm2 preset, LoRA and full", "quickstart ≤ 3 GiB (PSS sum, papermill aside)", "memory.json"),
     Study("gpu_check", "the engine's sampler and loss in bf16 on CUDA", "reported (runs on a GPU machine)",
           "", "--device cpu --tiny"),
     Study("plot", "draws docs/benchmarks.svg from the results", "", ""),
