@@ -40,6 +40,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from skyrl_core.choices import RunState
@@ -47,9 +48,11 @@ from skyrl_core.datarows import SUFFIXES, canonical_row, prompt_parts
 from skyrl_core.lifecycle import HEARTBEAT_S, RunLifecycle
 from skyrl_core.registry import shown
 from skyrl_core.reward_functions import digest
-from skyrl_core.runs import RunWriter
+from skyrl_core.runs import RunReader, RunWriter
+from skyrl_core.sections import AlertsConfig
 from skyrl_core.skyrl_translate import REWARD_ENV, TEXT_PROMPT_COLUMN
 from skyrl_core.user_inputs import INPUTS_PREFIX, resolve_input, reward_prompt
+from skyrl_engine.alerts import RunAlerts
 from skyrl_engine.cache import cache_root
 from skyrl_engine.models import keep_tokenizer, resolve_model_path
 from skyrl_engine.tasks import BUILTIN_PREFIX, env_configs_from_environ, load_prompts, read_rows, write_rows
@@ -87,6 +90,8 @@ class RunStoreTracker:
         self.life = RunLifecycle(self.writer, heartbeat_s)
         self.inner = inner
         self.policy_gpus = max(1, int(policy_gpus))
+        #: skyrl-nb's ``trainer.alerts`` for this run (:meth:`start_alerts`), None without them
+        self.alerts: Any = None
 
     @property
     def step(self) -> int:
@@ -133,6 +138,7 @@ class RunStoreTracker:
 
     def finish(self) -> None:
         """SkyRL's end of training: status succeeded and a finished event (nothing after a failure or stop)."""
+        self.stop_alerts()
         self.life.succeeded()
         if self.inner is not None:
             self.inner.finish()
@@ -141,6 +147,8 @@ class RunStoreTracker:
         """The run failed: an error event with the traceback, status failed naming the error (once)."""
         self.life.step = max(self.step, int(step or 0))
         self.life.failed(e, traceback.format_exc()[-10000:])
+        if self.alerts is not None:
+            self.alerts.failed(e, self.step + 1)  # once per run and step, however often this is called
         if self.inner is not None:
             self.inner.log_exception(e, step=step)
 
@@ -152,11 +160,38 @@ class RunStoreTracker:
     # -- what the bridge's trainer adds ------------------------------------------------------------------
     def stopped(self) -> None:
         """A requested stop (SIGTERM): status stopped and a finished event."""
+        self.stop_alerts()
         self.life.stopped()
 
     def refused(self, message: str) -> None:
         """The job could not start (no SkyRL, a config SkyRL refused): status failed with the one line."""
         self.life.refused(message)
+        if self.alerts is not None:
+            self.alerts.failed(RuntimeError(message), self.step + 1)
+
+    def start_alerts(self) -> None:
+        """skyrl-nb's ``trainer.alerts`` (``skyrl_engine.alerts``) from the config ``launch`` wrote into the run store:
+        the failure (or a refusal), a stall between SkyRL's steps and a reward collapse in its ``reward/avg_raw_reward``
+        reach the webhook as they do from skyrl-nb's engine. A run started by hand (SkyRL's own config) has none."""
+        try:
+            config = RunReader(self.run_dir).config()
+        except (OSError, ValueError):
+            return
+        section = (config.get("trainer") or {}).get("alerts") if isinstance(config.get("trainer"), dict) else None
+        if not isinstance(section, dict) or not section.get("webhook"):
+            return
+        run_id = (config.get("run") or {}).get("run_id") or os.path.basename(self.run_dir.rstrip("/"))
+        job = SimpleNamespace(run=SimpleNamespace(run_id=run_id),
+                              trainer=SimpleNamespace(alerts=AlertsConfig.model_validate(section)))
+        self.alerts = RunAlerts.start(job, self.writer, self.step)  # type: ignore[arg-type] - the two fields it reads
+        if self.alerts is not None:
+            self.writer.metric_listeners.append(self.alerts.observe)
+
+    def stop_alerts(self) -> None:
+        if self.alerts is not None:
+            if self.alerts.observe in self.writer.metric_listeners:
+                self.writer.metric_listeners.remove(self.alerts.observe)
+            self.alerts.stop()
 
     def checkpoint_saved(self, step: int, path: str) -> None:
         self.writer.log_event("checkpoint_saved", step=int(step), path=str(path))
@@ -438,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_REFUSED
     tracker = RunStoreTracker(run_dir)
     tracker.pending()
+    tracker.start_alerts()
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _run(args, run_dir, tracker)
@@ -449,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return EXIT_FAILED
     finally:
+        tracker.stop_alerts()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 

@@ -294,3 +294,58 @@ def test_a_jobs_own_data_becomes_skyrl_rows_and_its_reward_functions_an_environm
     assert TEXT_PROMPT_COLUMN not in row
     with pytest.raises(FileNotFoundError, match="missing.parquet"):
         resolve_args(["data.train_data=[inputs://missing.parquet]"], run_dir=str(cfg.run_dir))
+
+
+def test_the_bridge_sends_skyrl_nb_alerts_for_a_refusal_and_a_reward_collapse(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``trainer.alerts`` of the config ``launch`` wrote reach the webhook from the bridge as from skyrl-nb's engine:
+    a job refused before training (here: no SkyRL in this Python) sends one ``failed`` message with its line, and
+    SkyRL's reward falling under ``reward_below`` one ``reward_collapse`` (a local HTTP server is the webhook; ~2 s)."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from skyrl_core.config import load_config
+    from skyrl_core.runs import RunWriter
+    from skyrl_engine import skyrl_bridge
+
+    got: list[dict[str, Any]] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("SKYRL_TEST_BRIDGE_HOOK", f"http://127.0.0.1:{server.server_port}/hook")
+
+    def run_dir(run_id: str) -> str:
+        cfg = load_config("quickstart", [f"run.run_root={tmp_path}", f"run.run_id={run_id}",
+                                         "trainer.alerts.webhook=env:SKYRL_TEST_BRIDGE_HOOK",
+                                         "trainer.alerts.reward_below=0.5", "trainer.alerts.reward_window=2"])
+        RunWriter(cfg.run_dir).write_config(cfg)
+        return str(cfg.run_dir)
+
+    try:
+        if importlib.util.find_spec("skyrl") is None:  # .venv has no SkyRL: the bridge refuses at once
+            assert skyrl_bridge.main(["--run-dir", run_dir("refused")]) == skyrl_bridge.EXIT_REFUSED
+            assert len(got) == 1 and "refused" in got[0]["text"] and "failed" in got[0]["text"].lower(), got
+            assert "SkyRL's trainer does not import" in got[0]["text"]
+            got.clear()
+        tracker = skyrl_bridge.RunStoreTracker(run_dir("collapse"))
+        tracker.start_alerts()
+        assert tracker.alerts is not None
+        for step, reward in ((1, 0.9), (2, 0.8), (3, 0.2), (4, 0.1), (5, 0.1)):
+            tracker.log({"reward/avg_raw_reward": reward}, step=step)
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.1)
+        tracker.finish()
+    finally:
+        server.shutdown()
+    assert len(got) == 1 and "collapse" in got[0]["text"] and "steps 3-4" in got[0]["text"], got
