@@ -105,16 +105,14 @@ def validate(source: str, overrides: list[str]) -> int:
     return EXIT_OK
 
 
-_stopping = False
+_sigterm_seen = False
+"""A SIGTERM arrived. Its StopRequested may not reach ``train``: raised in a ``__del__`` it is ignored (seen, in the
+garbage collector), a library may wrap it (torch's ``load_state_dict``); the restart supervisor signals again."""
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    """The first SIGTERM stops the run; later ones (Ray's stop signals the supervisor and its trainer, and the
-    supervisor passes it on) must not interrupt the stop's own bookkeeping."""
-    global _stopping
-    if _stopping:
-        return
-    _stopping = True
+    global _sigterm_seen
+    _sigterm_seen = True
     from skyrl_engine.trainer import StopRequested  # the train path only: it imports torch
 
     raise StopRequested(f"signal {signum}")
@@ -140,7 +138,6 @@ def train(source: str, overrides: list[str], attempt: int | None = None) -> int:
         return supervise(source, overrides, cfg, log=_log)
 
     from skyrl_core.choices import RunState, Stage
-    from skyrl_core.lifecycle import RunLifecycle
     from skyrl_core.resume import attempt_from_env, supervisor_pid
     from skyrl_core.runs import RunWriter
     from skyrl_engine.trainer import StopRequested  # the train path only: it imports torch
@@ -156,14 +153,13 @@ def train(source: str, overrides: list[str], attempt: int | None = None) -> int:
         held["trainer"].train()
         return EXIT_OK
     except (StopRequested, KeyboardInterrupt):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop is enough: record it undisturbed
-        trainer = held.get("trainer")
-        if trainer is not None:
-            trainer.stopped()
-        else:  # stopped before training began
-            RunLifecycle(writer).stopped()
+        _record_stop(held, writer)
         return EXIT_STOPPED
     except Exception as err:  # the run failed: record it for the notebook, exit 1
+        if _sigterm_seen:  # a library wrapped SIGTERM's StopRequested (torch's load_state_dict does): a stop still
+            traceback.print_exc()
+            _record_stop(held, writer)
+            return EXIT_STOPPED
         trainer = held.get("trainer")
         if trainer is not None:
             trainer.fail(err)
@@ -181,6 +177,18 @@ def train(source: str, overrides: list[str], attempt: int | None = None) -> int:
             held["connection"].close()
         if "prometheus" in held:
             held["prometheus"].close()
+
+
+def _record_stop(held: dict[str, Any], writer: Any) -> None:
+    """Record a requested stop (status stopped, a finished event), undisturbed by a second SIGTERM."""
+    from skyrl_core.lifecycle import RunLifecycle
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop is enough: record it undisturbed
+    trainer = held.get("trainer")
+    if trainer is not None:
+        trainer.stopped()
+    else:  # stopped before training began
+        RunLifecycle(writer).stopped()
 
 
 def _record_early_failure(error: str) -> None:

@@ -23,8 +23,8 @@ What the run store shows:
   node's replacement may still be joining;
 - no restart: status ``failed`` with the failure (and its ``error`` event when the trainer could not write one), a
   ``warning`` saying why a resumable failure was not restarted, and the ``failed`` alert, once;
-- a stop (SIGTERM or SIGINT to the supervisor, or the trainer's own stop) is never restarted. The supervisor passes
-  SIGTERM on to the trainer (Ray's stop signals both; the trainer acts on the first).
+- a stop (SIGTERM or SIGINT to the supervisor, or the trainer's own stop) is never restarted. Ray's stop signals the
+  supervisor and the trainer; the supervisor signals the trainer again a second later if it still runs.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ EXIT_FAILED, EXIT_STOPPED = 1, 143
 #: How long a restarted trainer waits for the nodes its placement needs (a lost node's replacement: HyperPod's
 #: node recovery takes minutes) before its placement is refused, which ends the run.
 NODE_WAIT_S = 1200.0
+#: After a stop, how long the trainer has before the supervisor signals it again (Ray SIGKILLs the job after 3 s).
+RESIGNAL_S = 1.0
 
 
 class TrainerDied(RuntimeError):
@@ -128,7 +131,9 @@ class Supervisor:
         """Supervise to the end; returns the job's exit code (the trainer's last one: 0, 1, 2 or 143)."""
         from skyrl_core.runs import RunWriter
 
-        RunWriter(self.run_dir).set_status(None, restarts=0)  # this job's count, not an earlier job's
+        # pending, as the trainer would say at its start: an earlier job's final status (a resubmission) with a fresh
+        # heartbeat would read as this job's end; and this job's restart count, not an earlier job's
+        RunWriter(self.run_dir).set_status(RunState.PENDING, pid=os.getpid(), restarts=0, attempt=self.first_attempt)
         resume_latest = False
         while True:
             if self.stopping:
@@ -213,10 +218,17 @@ class Supervisor:
 
     # -- signals ----------------------------------------------------------------------------------------------
     def on_signal(self, signum: int, frame: Any) -> None:
-        """A stop: no restart from now on; SIGTERM to the trainer (it may have had it already: it acts once)."""
+        """A stop: no restart from now on, and SIGTERM to the trainer after ``RESIGNAL_S`` if it still runs (Ray's
+        stop signalled it already, and then it is usually gone; a stop raised where Python ignores exceptions, in
+        a ``__del__``, is lost, and the second one stops it before Ray's SIGKILL)."""
         self.stopping = True
         proc = self.proc
         if proc is not None and proc.poll() is None:
+            threading.Timer(RESIGNAL_S, self._signal_trainer, args=(proc,)).start()
+
+    @staticmethod
+    def _signal_trainer(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
             try:
                 proc.send_signal(signal.SIGTERM)
             except ProcessLookupError:

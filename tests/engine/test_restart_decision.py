@@ -142,3 +142,34 @@ def test_a_restarted_trainer_waits_for_the_nodes_its_placement_needs(monkeypatch
     assert placement.restart_wait_s() == 0
     monkeypatch.setenv(NODE_WAIT_ENV, "1200")
     assert placement.restart_wait_s() == 1200
+
+
+def test_a_stop_that_a_library_wrapped_is_still_a_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM's StopRequested raised inside torch's ``load_state_dict`` comes back as a RuntimeError (seen: a stop
+    during the weight sync recorded as a failure). Once a SIGTERM arrived, the run is stopped, not failed, so the
+    restart supervisor does not restart it and no failure alert goes out."""
+    import skyrl_engine.__main__ as main
+    from skyrl_core.lifecycle import RunLifecycle
+    from skyrl_core.runs import RunReader
+
+    class Trainer:  # what _start leaves in `held`: a trainer that is stopped by SIGTERM in a torch call
+        def __init__(self, writer: RunWriter) -> None:
+            self.life = RunLifecycle(writer)
+
+        def train(self) -> None:
+            self.life.running(step=3, total_steps=9)
+            main._sigterm_seen = True  # _on_sigterm ran ...
+            raise RuntimeError("Error(s) in loading state_dict for Qwen2ForCausalLM: ... ('signal 15',).")
+
+        def stopped(self) -> None:
+            self.life.stopped()
+
+        def fail(self, err: BaseException) -> None:
+            self.life.failed(err)
+
+    monkeypatch.setattr(main, "_sigterm_seen", False)
+    monkeypatch.setattr(main, "_start", lambda cfg, writer, held: held.update(trainer=Trainer(writer)))
+    code = main.train("quickstart", [f"run.run_root={tmp_path}", "run.run_id=wrapped"])
+    assert code == main.EXIT_STOPPED
+    status = RunReader(tmp_path / "wrapped").status()
+    assert status["state"] == "stopped" and status["error"] is None, status
