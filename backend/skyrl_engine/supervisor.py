@@ -145,15 +145,17 @@ class Supervisor:
                 env[NODE_WAIT_ENV] = str(NODE_WAIT_S)
             started = time.time()
             self.proc = subprocess.Popen(self.command(resume_latest), env=env)
+            if self.stopping:  # the stop came while it was being started: it had no signal of its own
+                self._signal_trainer(self.proc)
             self._log(f"supervisor: trainer attempt {self.restarts} is pid {self.proc.pid} "
                       f"(trainer.max_restarts={self.max_restarts})")
             code = self.proc.wait()
+            if code == 0:
+                return 0
             end = attempt_end(self.run_dir, code, self.proc.pid, started)
             decision = decide_restart(code, end.failure, stopped=self.stopping, restarts_done=self.restarts,
                                       max_restarts=self.max_restarts, run_dir=self.run_dir, ckpt_root=self.ckpt_root,
                                       ckpt_interval=self.cfg.trainer.ckpt_interval)
-            if code == 0:
-                return 0
             self._log(f"supervisor: the trainer ended with exit code {code}"
                       + (f" ({end.line})" if end.line else "") + f"; {decision.why}")
             if self.stopping or code in STOP_EXITS:
@@ -167,6 +169,16 @@ class Supervisor:
             self.restarts += 1
             self._record_restart(end, decision)
             resume_latest = decision.resume_latest
+
+    def __repr__(self) -> str:
+        trainer = f"pid {self.proc.pid}" if self.proc is not None and self.proc.poll() is None else "none running"
+        return (f"Supervisor(run_id={self.cfg.run.run_id!r}, restarts={self.restarts}/{self.max_restarts}, "
+                f"trainer: {trainer}{', stopping' if self.stopping else ''})")
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<code>{html.escape(repr(self))}</code>"
 
     # -- the run store ----------------------------------------------------------------------------------------
     # A fresh RunWriter each time: the trainer rewrote status.json since, and a writer keeps what it last read.
@@ -224,7 +236,9 @@ class Supervisor:
         self.stopping = True
         proc = self.proc
         if proc is not None and proc.poll() is None:
-            threading.Timer(RESIGNAL_S, self._signal_trainer, args=(proc,)).start()
+            timer = threading.Timer(RESIGNAL_S, self._signal_trainer, args=(proc,))
+            timer.daemon = True
+            timer.start()
 
     @staticmethod
     def _signal_trainer(proc: subprocess.Popen[bytes]) -> None:
