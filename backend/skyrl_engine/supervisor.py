@@ -206,7 +206,8 @@ class Supervisor:
         if not end.recorded:
             writer.log_event("error", step=step, error=line, traceback=None, **failure.fields())
         if failure.resumable and self.max_restarts:
-            writer.log_event("warning", step=step, message=f"the run was not restarted: {decision.why}")
+            why = decision.why.removeprefix("not restarted: ")
+            writer.log_event("warning", step=step, message=f"the run was not restarted: {why}")
         writer.set_status(RunState.FAILED, error=line, step=step, **failure.fields())
         self._alert_failure(writer, line, step)
 

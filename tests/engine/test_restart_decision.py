@@ -173,3 +173,26 @@ def test_a_stop_that_a_library_wrapped_is_still_a_stop(tmp_path: Path, monkeypat
     assert code == main.EXIT_STOPPED
     status = RunReader(tmp_path / "wrapped").status()
     assert status["state"] == "stopped" and status["error"] is None, status
+
+
+def test_a_failure_not_restarted_ends_the_run_as_the_supervisor_records_it(tmp_path: Path) -> None:
+    """Restarts used up after a trainer killed by a signal (it recorded nothing): the supervisor writes the error
+    event, the ``failed`` status with the failure's kind (resumable: ``job.resume()`` may still help) and a
+    warning saying why it did not restart."""
+    from skyrl_core.config import load_config
+    from skyrl_core.runs import RunReader
+    from skyrl_engine.supervisor import Supervisor, attempt_end
+
+    cfg = load_config("quickstart", [f"run.run_root={tmp_path}", "run.run_id=r", "trainer.max_restarts=1"])
+    supervisor = Supervisor("quickstart", [], cfg)
+    RunWriter(cfg.run_dir).set_status("running", step=7, pid=1)
+    end = attempt_end(str(cfg.run_dir), -9, 4242, time.time())
+    decision = _decide(Path(cfg.run_dir), -9, end.failure, done=1, most=1)
+    supervisor._record_failure(end, decision)
+    status = RunReader(cfg.run_dir).status()
+    assert (status["state"], status["step"], status["error_kind"], status["resumable"]) == ("failed", 7, "worker_died",
+                                                                                            True)
+    assert status["error"] == end.line
+    events = RunReader(cfg.run_dir).events()
+    assert [e["kind"] for e in events] == ["error", "warning"]
+    assert events[1]["message"] == "the run was not restarted: trainer.max_restarts=1 restart(s) used"
