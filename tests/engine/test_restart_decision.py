@@ -1,5 +1,6 @@
 """What the restart supervisor decides after its trainer ended (``skyrl_core.resume.decide_restart``) and how it
-reads that end (``skyrl_engine.supervisor.attempt_end``), on a real run store; no training (under 1 s)."""
+reads that end (``skyrl_engine.supervisor.attempt_end``), on a real run store; no training (~3 s: one test imports
+the trainer)."""
 
 from __future__ import annotations
 
