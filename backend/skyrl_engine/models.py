@@ -3,10 +3,10 @@
 ``builtin://tiny-qwen2`` is a ~0.5 M parameter Qwen2 with a character-level tokenizer and a
 Qwen-style chat template, built here (no hub). From random init GRPO cannot find the arithmetic
 task's signal on a CPU, so the model is warm-started by a short supervised phase on the task's
-train rows (30 steps of 64 on the operands-0..4 task: reward 0.27-0.31 over the quickstart's first 20
-steps, which every ``trainer.seed`` 1..8 then raised by +0.26 to +0.49 by its 190th, under native and
-portable kernels alike; 50 steps started at ~0.45 and left less room), then cached under ``$SKYRL_NB_CACHE/models/<hash>/`` (default ``~/.cache/skyrl-nb``)
-so later runs load it in a second. Two processes building it at once are safe: a file lock
+train rows (100 steps of 64; 25 on the quickstart's operands-0..4 sums, ``SFT_STEPS``: reward 0.21-0.24 over
+its first 20 steps, which every ``trainer.seed`` 1..8 then raised by +0.27 to +0.56 by its 190th, under native and
+portable kernels alike; 30 steps gave +0.26 to +0.49, 50 steps started at ~0.45 and left less room), then cached under
+``$SKYRL_NB_CACHE/models/<hash>/`` (default ``~/.cache/skyrl-nb``) so later runs load it in a second. Two processes building it at once are safe: a file lock
 serialises the build, and the directory appears by atomic rename.
 
 The warm start is the same on every CPU (recipe version 2): trained in float64 with its weights put back
@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core.catalog import TINY_MODEL, TINY_MODEL_SHAPE
@@ -58,7 +58,7 @@ class TinyModelSpec:
     num_key_value_heads: int = TINY_MODEL_SHAPE["num_key_value_heads"]
     intermediate_size: int = TINY_MODEL_SHAPE["intermediate_size"]
     max_position_embeddings: int = TINY_MODEL_SHAPE["max_position_embeddings"]
-    sft_steps: int = 30
+    sft_steps: int = 100  # the arithmetic task's is shorter (SFT_STEPS)
     sft_batch_size: int = 64
     sft_lr: float = 3e-3
     sft_label_smoothing: float = 0.0
@@ -69,6 +69,18 @@ class TinyModelSpec:
 
 #: The seed of the tiny model's init and warm-start batches: one warm start per task, whatever ``trainer.seed``.
 WARM_START_SEED = 42
+#: Warm-start steps for rows of one env class, where the spec's default would leave RL too little to learn: the
+#: quickstart's one-digit sums are mostly learned by 50 steps (module docstring); longer answers (text2sql's
+#: 55-80 characters, word problems) keep the default.
+SFT_STEPS: dict[str, int] = {"arithmetic": 25}
+
+
+def tiny_model_spec(rows: list[PromptRow]) -> TinyModelSpec:
+    """The built-in model's recipe for warm-starting on ``rows``: the default, with ``SFT_STEPS``' step count
+    when every row has that env class."""
+    classes = {row.env_class for row in rows}
+    steps = SFT_STEPS.get(classes.pop()) if len(classes) == 1 else None
+    return TinyModelSpec() if steps is None else replace(TinyModelSpec(), sft_steps=steps)
 
 
 def build_char_tokenizer():
@@ -180,9 +192,11 @@ def _rows_fingerprint(rows: list[PromptRow]) -> str:
     return h.hexdigest()[:16]
 
 
-def tiny_model_dir(rows: list[PromptRow], seed: int = WARM_START_SEED, spec: TinyModelSpec = TinyModelSpec()) -> str:
+def tiny_model_dir(rows: list[PromptRow], seed: int = WARM_START_SEED, spec: TinyModelSpec | None = None) -> str:
     """The cache directory the warm-started tiny model for these rows (and warm-start seed) lives in; the key
-    holds the recipe (``spec``, its ``version`` included), so a changed recipe never reuses an old build."""
+    holds the recipe (``spec``, default ``tiny_model_spec(rows)``, its ``version`` included), so a changed
+    recipe never reuses an old build."""
+    spec = tiny_model_spec(rows) if spec is None else spec
     key = json.dumps({"spec": asdict(spec), "seed": seed, "data": _rows_fingerprint(rows)}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return os.path.join(cache_root(), "models", f"tiny-qwen2-{digest}")
@@ -308,11 +322,13 @@ def model_build_note(path: str, rows: list[PromptRow] | None, seed: int) -> str 
     return f"building the tiny model (one-time, cached in {where})"
 
 
-def build_tiny_model(rows: list[PromptRow], seed: int = WARM_START_SEED, spec: TinyModelSpec = TinyModelSpec()) -> str:
+def build_tiny_model(rows: list[PromptRow], seed: int = WARM_START_SEED, spec: TinyModelSpec | None = None) -> str:
     """Build (or reuse from cache) the warm-started tiny model; return its local directory. ``seed``: of its
-    init and warm-start batches (the quickstart's is ``WARM_START_SEED`` whatever ``trainer.seed``)."""
+    init and warm-start batches (the quickstart's is ``WARM_START_SEED`` whatever ``trainer.seed``); ``spec``:
+    default ``tiny_model_spec(rows)``."""
     import torch
 
+    spec = tiny_model_spec(rows) if spec is None else spec
     final_dir = tiny_model_dir(rows, seed, spec)
     if os.path.exists(os.path.join(final_dir, "model.safetensors")):
         return final_dir
