@@ -3,9 +3,10 @@
 A refactor that keeps behaviour keeps every value bit for bit on the same machine. Float results differ
 between CPU kinds (torch picks AVX2, AVX-512 or AMX kernels; measured: the same code and packages give
 step-1 rewards 0.234, 0.242, 0.250 or 0.258 under different ISA settings), so ``quickstart_20_steps.json``
-holds one recording per kind of machine, each made from the code as it was before a change: the first on
-the engine before the one-``Workers`` refactor (issue 11), the second from 8ded4ea on an AVX-512/AMX Xeon, the third from aa92735 on an AVX2 EPYC (where the first
-parts from today's engine at step 10, at aa92735 as now).
+holds one recording per kind of machine, each made from the code as it was before a change. Since issue 38
+the tiny model's warm start is the same bytes on every CPU, so only the 20 RL steps differ between kinds; the
+recordings of the earlier warm start (an AVX-512/AMX Xeon's, an AVX2 EPYC's, CI's) were dropped then, and the
+one left was made from d4ea59a on an AVX-512 EPYC.
 The run must equal one of them exactly. On a kind of machine with no recording, record one from the last
 landed commit (``SKYRL_NB_RECORD_FIXTURE=1 pytest tests/engine/test_quickstart_fixture.py`` appends it),
 never from the code under test. The run goes through the real CLI (colocated on CPU: generator and trainer in
