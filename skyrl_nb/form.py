@@ -13,7 +13,9 @@ The placement is checked by the engine's own rules (`skyrl_core.placement`) as y
 vLLM, SkyRL and the trackers' packages the config needs are there (one probe per cluster, asked once):
 the same lines `Cluster.plan` and `Cluster.launch` give. What cannot run keeps Launch disabled, with
 each reason on a line of its own beside the field it is about, in the words of the form's labels (the
-dotted key in small print below).
+dotted key in small print below). A machine with less memory than the chosen model was measured to need
+(this one for the local head, the head node of a remote cluster) gets a one-line warning under the resources,
+naming the instance to pick (`skyrl_core.machine_memory`); Launch stays on.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class ConfigForm:
         self.config: Any = None
         self.problems: list[str] = []
         self.memory: Any = None  # the form config's MemoryEstimate (skyrl_core.memory); None while a value is bad
+        self.warnings: list[str] = []  # what may go wrong without keeping Launch off (the machine's memory)
         self._nodes: list[dict[str, float]] | None = None  # the cluster's node resources, read once
         self._base = cfg.to_dict()
         inputs = {key: input_kind(key) for key in form_keys()}
@@ -136,6 +139,7 @@ class ConfigForm:
         """Re-check the form; shows messages beside fields and returns every problem ([] when valid)."""
         from skyrl_core.config import config_problems
         from skyrl_core.memory import rank_memory
+        from skyrl_nb.cluster.planning import memory_warnings
 
         cfg, problems = config_problems(self._base, self._overrides())  # the one validation launch uses too
         self.memory = rank_memory(cfg) if cfg is not None else None
@@ -153,7 +157,8 @@ class ConfigForm:
         self.problems = problems
         self.config = cfg if not problems else None
         if cfg is not None:
-            self.view.set_resources(resources_for(cfg, self._device())["text"], self.memory.summary())
+            self.warnings = memory_warnings(cfg, self.cluster, self._node_list())
+            self.view.set_resources(resources_for(cfg, self._device())["text"], self.memory.summary(), self.warnings)
             if not problems:
                 self.view.set_yaml(cfg.to_yaml())
         return problems
@@ -246,11 +251,14 @@ class ConfigForm:
 
     def __repr__(self) -> str:
         state = "valid" if self.config is not None else f"{len(self.problems)} problem(s)"
-        return f"ConfigForm(preset={self.preset!r}, {state})"
+        warned = "".join(f"\n  warning: {w}" for w in self.warnings)
+        return f"ConfigForm(preset={self.preset!r}, {state}){warned}"
 
     def _repr_html_(self) -> str:
         body = html.escape(self.config.to_yaml()) if self.config is not None else html.escape("\n".join(self.problems))
-        return f"<details><summary><b>{html.escape(repr(self))}</b></summary><pre>{body}</pre></details>"
+        head = html.escape(repr(self).split("\n")[0])
+        warned = "".join(f"<div style='color:#b45309'>&#9888; {html.escape(w)}</div>" for w in self.warnings)
+        return f"{warned}<details><summary><b>{head}</b></summary><pre>{body}</pre></details>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle = dict(self.view.widget._repr_mimebundle_(include=include, exclude=exclude) or {})

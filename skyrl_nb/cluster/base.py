@@ -34,7 +34,7 @@ from skyrl_nb.cluster.launching import (
     plugin_py_modules,
     prepare_config,
 )
-from skyrl_nb.cluster.planning import JobPlan, cluster_problems
+from skyrl_nb.cluster.planning import JobPlan, cluster_problems, memory_warnings
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
@@ -469,7 +469,8 @@ class Cluster:
         fit, or that needs a package the cluster's jobs cannot import is refused with `ConfigError`, one line per
         problem naming its keys (`launch_problems`: the same lines `launch` and the config form give). A GPU's
         memory comes from Ray's `accelerator_type` resource (`skyrl_core.memory.GPU_MEMORY_GIB`); when it is
-        unknown the estimate is shown and nothing refused.
+        unknown the estimate is shown and nothing refused. A machine with less memory than the run was measured to
+        need is warned about, not refused (`JobPlan.warnings`: `planning.memory_warnings`, docs/instances.md).
 
         >>> cluster.plan("quickstart", overrides=["trainer.placement.policy_num_gpus_per_node=2"])  # doctest: +SKIP
         """
@@ -500,7 +501,7 @@ class Cluster:
         from skyrl_core.placement import ClusterResources
 
         asks = resources_for(cfg, ClusterResources.from_nodes(nodes).device if nodes else None)["text"]
-        return JobPlan(cfg, asks, self.resources(), memory, capacity, delivery)
+        return JobPlan(cfg, asks, self.resources(), memory, capacity, delivery, memory_warnings(cfg, self, nodes))
 
     def shutdown(self) -> None:
         """Forget this connection. A cluster this object did not start keeps running."""

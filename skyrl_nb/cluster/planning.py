@@ -25,13 +25,15 @@ class JobPlan:
     capacity: RankCapacity | None
     delivery: dict[str, str] = field(default_factory=dict)
     """How the job gets what it needs, one line each: ``engine code``, ``config``, ``run store``."""
+    warnings: list[str] = field(default_factory=list)
+    """What may go wrong without refusing the job, one line each (`memory_warnings`)."""
 
     def _head(self) -> str:
         have = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.resources.items())
         one_rank = repr(self.capacity) if self.capacity else "unknown"
         lines = [f"asks for: {self.asks}", f"cluster has: {have}", f"one rank has: {one_rank}",
                  *(f"{k}: {v}" for k, v in self.delivery.items())]
-        return "\n".join(lines)
+        return "\n".join([*lines, *(f"warning: {w}" for w in self.warnings)])
 
     def summary(self) -> str:
         """A few lines a person reads before launching."""
@@ -41,7 +43,29 @@ class JobPlan:
         return self.summary()
 
     def _repr_html_(self) -> str:
-        return f"<div><pre>{html.escape(self._head())}</pre>{self.memory._repr_html_()}</div>"
+        warned = "".join(f"<div style='color:#b45309'>&#9888; {html.escape(w)}</div>" for w in self.warnings)
+        return f"<div>{warned}<pre>{html.escape(self._head())}</pre>{self.memory._repr_html_()}</div>"
+
+
+def memory_warnings(cfg: JobConfig, cluster: Any, nodes: list[dict[str, float]] | None) -> list[str]:
+    """A line when the machine the job's driver runs on has less memory than ``cfg``'s run was measured to need
+    (`skyrl_core.machine_memory`); [] when it has enough or nothing is known. A warning, never a refusal.
+
+    Which memory: on a cluster that runs here (the local head) or with no cluster (the form launches to the local
+    head) this machine's physical memory. On a remote cluster the head node's (the Jobs API starts the driver
+    there), as Ray's ``memory`` plus ``object_store_memory`` resources: what was free when its raylet started
+    (Ray splits that between the two), so a lower bound of the node's physical size; nothing when the head is
+    not among ``nodes``.
+    """
+    from skyrl_core.machine_memory import machine_memory_bytes, memory_warning
+
+    if cluster is None or getattr(cluster, "runs_here", False):
+        line = memory_warning(cfg, machine_memory_bytes())
+    else:
+        head = next((n for n in nodes or [] if "node:__internal_head__" in n), None)
+        total = None if head is None else int(head.get("memory", 0) + head.get("object_store_memory", 0)) or None
+        line = memory_warning(cfg, total, "the cluster's head node (Ray's memory + object store)")
+    return [line] if line else []
 
 
 def cluster_problems(cfg: JobConfig, nodes: list[dict[str, float]] | None, cluster: Any = None) -> list[str]:

@@ -8,7 +8,7 @@ Views only: `ConfigFormView` knows nothing about validation or clusters. It repo
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # The form's layout: sections of {dotted key: label}. What each input is (text, list, int, float, bool
@@ -214,10 +214,12 @@ class ConfigFormView:
         """A line saying what the form is asking the cluster right now ('' when nothing)."""
         self.checking.value = f"<i>{html.escape(text)}</i>" if text else ""
 
-    def set_resources(self, text: str, memory: str = "") -> None:
-        """The line saying what the job will ask the cluster for, and one with each rank's memory."""
+    def set_resources(self, text: str, memory: str = "", warnings: Sequence[str] = ()) -> None:
+        """The line saying what the job will ask the cluster for, one with each rank's memory, and a line for each
+        warning (the machine's memory short of the run's: Launch stays on)."""
         self.resources.value = f"<i>asks for:</i> {html.escape(text)}" + (
-            f"<br><i>memory per rank:</i> {html.escape(memory)}" if memory else "")
+            f"<br><i>memory per rank:</i> {html.escape(memory)}" if memory else "") + "".join(
+            f"<div style='color:#b45309'>&#9888; {html.escape(line)}</div>" for line in warnings)
 
     def set_yaml(self, text: str) -> None:
         """Replace the YAML tab's text."""
