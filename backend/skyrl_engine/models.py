@@ -3,10 +3,11 @@
 ``builtin://tiny-qwen2`` is a ~0.5 M parameter Qwen2 with a character-level tokenizer and a
 Qwen-style chat template, built here (no hub). From random init GRPO cannot find the arithmetic
 task's signal on a CPU, so the model is warm-started by a short supervised phase on the task's
-train rows (100 steps of 64; 25 on the quickstart's operands-0..4 sums, ``SFT_STEPS``: reward 0.21-0.24 over
-its first 20 steps, which every ``trainer.seed`` 1..8 then raised by +0.27 to +0.56 by its 190th, under native and
-portable kernels alike; 30 steps gave +0.26 to +0.49, 50 steps started at ~0.45 and left less room), then cached under
-``$SKYRL_NB_CACHE/models/<hash>/`` (default ``~/.cache/skyrl-nb``) so later runs load it in a second. Two processes building it at once are safe: a file lock
+train rows (100 steps of 64; 25 on the quickstart's operands-0..4 sums, ``SFT_STEPS``: reward 0.21-0.24
+over its first 20 steps, which every ``trainer.seed`` 1..8 then raised by +0.27 to +0.56 by its 190th, under
+native and portable kernels alike; 30 steps gave +0.26 to +0.49, 50 steps started at ~0.45 and left less
+room), then cached under ``$SKYRL_NB_CACHE/models/<hash>/`` (default ``~/.cache/skyrl-nb``) so later runs
+load it in a second. Two processes building it at once are safe: a file lock
 serialises the build, and the directory appears by atomic rename.
 
 The warm start is the same on every CPU (recipe version 2): trained in float64 with its weights put back
