@@ -3,14 +3,14 @@
 ``builtin://tiny-qwen2`` is a ~0.5 M parameter Qwen2 with a character-level tokenizer and a
 Qwen-style chat template, built here (no hub). From random init GRPO cannot find the arithmetic
 task's signal on a CPU, so the model is warm-started by a short supervised phase on the task's
-train rows (100 steps of 64; 25 on the quickstart's operands-0..4 sums, ``SFT_STEPS``: reward 0.21-0.24
+train rows (100 steps of 64; 25 on the quickstart's operands-0..4 sums, ``SFT_RECIPES``: reward 0.21-0.24
 over its first 20 steps, which every ``trainer.seed`` 1..8 then raised by +0.27 to +0.56 by its 190th, under
 native and portable kernels alike; 30 steps gave +0.26 to +0.49, 50 steps started at ~0.45 and left less
 room), then cached under ``$SKYRL_NB_CACHE/models/<hash>/`` (default ``~/.cache/skyrl-nb``) so later runs
 load it in a second. Two processes building it at once are safe: a file lock
 serialises the build, and the directory appears by atomic rename.
 
-The warm start is the same on every CPU (recipe version 2): trained in float64 with its weights put back
+The quickstart's warm start is the same on every CPU (``SFT_RECIPES``, recipe version 2): trained in float64 with its weights put back
 on a fixed grid (multiples of 2^-20) after every step, from an integer-drawn init on that grid. The
 kernels' last-bit differences (AVX2, AVX-512, torch's portable ones, MKL's paths) are ~1e-16 relative, far
 below the grid's step, so every machine rounds each step to the same weights unless a value lands that close
@@ -18,8 +18,12 @@ to a rounding boundary (not seen: identical under AVX2, AVX-512 and the portable
 ``bench/quickstart_spread.py`` hashes the builds under two kernel sets). The weights are exact in float32.
 In float32, or in float64 without the grid, those differences grew through training (float64: 1e-11
 relative after 10 steps, 5e-4 after 100) until the warm start, and how much the quickstart learned,
-depended on the CPU. It is one model per task (rows), not per ``trainer.seed``: seeds differ in the RL
-phase only.
+depended on the CPU. Other tasks keep the float32 recipe (``sft_grid_bits=0``): on text2sql's 55-80
+character answers the grid recipe took 133 s of CPU and reached loss 0.30 in 100 steps, float32 52 s and
+0.059, so their warm starts still follow the CPU's kernels. Either way it is one model per task (rows), not
+per ``trainer.seed``: seeds differ in the RL phase only.
+
+One idea, where a policy model's local directory comes from; its length is the tiny model's reproducible build.
 """
 
 from __future__ import annotations
@@ -59,29 +63,29 @@ class TinyModelSpec:
     num_key_value_heads: int = TINY_MODEL_SHAPE["num_key_value_heads"]
     intermediate_size: int = TINY_MODEL_SHAPE["intermediate_size"]
     max_position_embeddings: int = TINY_MODEL_SHAPE["max_position_embeddings"]
-    sft_steps: int = 100  # the arithmetic task's is shorter (SFT_STEPS)
+    sft_steps: int = 100
     sft_batch_size: int = 64
     sft_lr: float = 3e-3
     sft_label_smoothing: float = 0.0
-    sft_grid_bits: int = 20  # weights live on multiples of 2**-sft_grid_bits (module docstring)
+    sft_grid_bits: int = 0  # > 0: float64, weights on multiples of 2**-sft_grid_bits (module docstring); 0: float32
     init_std: float = 0.02  # of the grid init (uniform), as Qwen2's initializer_range
     version: int = 2  # bump when the build recipe changes, so caches rebuild (2: float64 on a grid)
 
 
 #: The seed of the tiny model's init and warm-start batches: one warm start per task, whatever ``trainer.seed``.
 WARM_START_SEED = 42
-#: Warm-start steps for rows of one env class, where the spec's default would leave RL too little to learn: the
-#: quickstart's one-digit sums are mostly learned by 50 steps (module docstring); longer answers (text2sql's
-#: 55-80 characters, word problems) keep the default.
-SFT_STEPS: dict[str, int] = {"arithmetic": 25}
+#: The warm-start recipe for rows of one env class, where it is not the spec's default: the quickstart's sums
+#: get the CPU-independent float64 grid recipe and 25 steps, since they are mostly learned by 50 (module
+#: docstring); longer answers (text2sql's 55-80 characters, word problems) keep the float32 default.
+SFT_RECIPES: dict[str, dict[str, int]] = {"arithmetic": {"sft_steps": 25, "sft_grid_bits": 20}}
 
 
 def tiny_model_spec(rows: list[PromptRow]) -> TinyModelSpec:
-    """The built-in model's recipe for warm-starting on ``rows``: the default, with ``SFT_STEPS``' step count
+    """The built-in model's recipe for warm-starting on ``rows``: the default, with ``SFT_RECIPES``' fields
     when every row has that env class."""
     classes = {row.env_class for row in rows}
-    steps = SFT_STEPS.get(classes.pop()) if len(classes) == 1 else None
-    return TinyModelSpec() if steps is None else replace(TinyModelSpec(), sft_steps=steps)
+    fields = SFT_RECIPES.get(classes.pop(), {}) if len(classes) == 1 else {}
+    return replace(TinyModelSpec(), **fields)
 
 
 def build_char_tokenizer():
@@ -255,9 +259,9 @@ def _snap_to_grid(model, bits: int) -> None:
 def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyModelSpec, seed: int) -> list[float]:
     """Train on ``prompt → answer<|im_end|>`` for ``spec.sft_steps`` steps; return the losses.
 
-    Only the answer tokens carry loss. Deterministic on every CPU (module docstring): batches come from a
-    generator seeded by ``seed``, the arithmetic is float64, and the weights go back on the grid after every
-    step; ``model`` ends in float32.
+    Only the answer tokens carry loss; batches come from a generator seeded by ``seed``. With
+    ``spec.sft_grid_bits`` the same on every CPU (module docstring): the arithmetic is float64 and the weights go
+    back on the grid after every step; ``model`` ends in float32 either way.
     """
     import torch
 
@@ -267,8 +271,10 @@ def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyMod
         answer_ids = tokenizer.encode(warm_start_answer(row), add_special_tokens=False) + [tokenizer.eos_token_id]
         examples.append((prompt_ids, answer_ids))
     gen = torch.Generator().manual_seed(seed)
-    model.to(torch.float64)
-    _snap_to_grid(model, spec.sft_grid_bits)
+    bits = spec.sft_grid_bits
+    if bits:
+        model.to(torch.float64)
+        _snap_to_grid(model, bits)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
     model.train()
     losses = []
@@ -294,12 +300,13 @@ def supervised_warm_start(model, tokenizer, rows: list[PromptRow], spec: TinyMod
         opt.zero_grad()
         loss.backward()
         opt.step()
-        _snap_to_grid(model, spec.sft_grid_bits)
+        if bits:
+            _snap_to_grid(model, bits)
         losses.append(loss.item())
     model.eval()
-    limit = 2.0 ** (24 - spec.sft_grid_bits)  # grid values below this are exact in float32's 24-bit mantissa
+    limit = 2.0 ** (24 - bits)  # grid values below this are exact in float32's 24-bit mantissa
     largest = max(p.abs().max().item() for p in model.parameters())
-    if largest >= limit:
+    if bits and largest >= limit:
         raise RuntimeError(f"tiny model warm start: a weight reached {largest}, beyond float32's exact range "
                            f"{limit} for sft_grid_bits={spec.sft_grid_bits}")
     model.to(torch.float32)
@@ -338,7 +345,8 @@ def build_tiny_model(rows: list[PromptRow], seed: int = WARM_START_SEED, spec: T
             return final_dir  # another process built it while we waited
         tokenizer = build_char_tokenizer()
         model = _new_tiny_model(tokenizer, spec, seed)
-        grid_init(model, spec, seed)
+        if spec.sft_grid_bits:
+            grid_init(model, spec, seed)
         with torch.random.fork_rng():
             losses = supervised_warm_start(model, tokenizer, rows, spec, seed)
         tmp = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(final_dir))
@@ -350,7 +358,8 @@ def build_tiny_model(rows: list[PromptRow], seed: int = WARM_START_SEED, spec: T
             tokenizer.save_pretrained(tmp)
             with open(os.path.join(tmp, "warm_start.json"), "w") as f:
                 json.dump({"spec": asdict(spec), "seed": seed, "torch": torch.__version__,
-                           "recipe": "float64 on a 2**-sft_grid_bits grid: the same weights on every CPU",
+                           "recipe": ("float64 on a 2**-sft_grid_bits grid: the same weights on every CPU"
+                                      if spec.sft_grid_bits else "float32: follows the CPU's float kernels"),
                            "sft_losses": losses}, f)
             os.rename(tmp, final_dir)
         except BaseException:

@@ -1,4 +1,5 @@
-"""The tiny model's warm start is the same bytes under any of torch's float kernels (issue 38).
+"""The tiny model's grid warm start (the quickstart's, ``sft_grid_bits``) is the same bytes under any of
+torch's float kernels (issue 38).
 
 A small spec is built in two fresh processes, one with torch's native vector kernels and one with
 ``ATEN_CPU_CAPABILITY=default`` (its portable ones), each into its own model cache; the two
@@ -24,7 +25,7 @@ import torch
 torch.set_num_threads(1)
 from skyrl_engine.models import TinyModelSpec, build_tiny_model
 from skyrl_engine.tasks import load_prompts
-spec = TinyModelSpec(hidden_size=32, intermediate_size=64, sft_steps=12, sft_batch_size=16)
+spec = TinyModelSpec(hidden_size=32, intermediate_size=64, sft_steps=12, sft_batch_size=16, sft_grid_bits=20)
 path = build_tiny_model(load_prompts(["builtin://arithmetic/train"]), spec=spec)
 print(json.dumps({"path": path, "capability": torch.backends.cpu.get_cpu_capability(),
                   "losses": json.load(open(path + "/warm_start.json"))["sft_losses"]}))
