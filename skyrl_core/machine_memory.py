@@ -104,13 +104,13 @@ class MeasuredNeed:
         return f"<code>{html.escape(repr(self))}</code>"
 
 
-_WHERE = "python -m bench memory, 2026-12-04, 2-core AMD EPYC, 24 GiB, load 4-11"
+_WHERE = "python -m bench memory, 2026-12-04, 2-core AMD EPYC, 24 GiB, load 0.5-11"
 
 #: The measured runs (``python -m bench memory``; docs/benchmarks.md, docs/instances.md).
 MEASURED: tuple[MeasuredNeed, ...] = (
     MeasuredNeed(TINY_MODEL, "full", "quickstart", 1.6, _WHERE),
     MeasuredNeed(SMOLLM2, "lora", "smollm2", 5.3, _WHERE),
-    MeasuredNeed(SMOLLM2, "full", "smollm2", 6.5, _WHERE + "; 5.95 after one step + 0.54 a 60-step run adds"),
+    MeasuredNeed(SMOLLM2, "full", "smollm2", 6.4, _WHERE),
 )
 
 
