@@ -67,6 +67,8 @@ STUDIES: tuple[Study, ...] = (
     Study("eval_gain", "a trained smollm2 export against its base on 200 held-out word problems (one evaluation job)",
           "pass@1 gain with a 95% interval above 0", "eval_gain_smollm2.json",
           "--run <a smollm2 run> --data builtin://word_problems/heldout --out bench/results/eval_gain_smollm2.json"),
+    Study("floor", "each phase of a real smollm2 step against its roofline floor on this machine",
+          "LoRA step: generation ≤ 3× its floor, training ≤ 1.5×", "floor_smollm2_lora.json", "--model smollm2 --steps 5"),
     Study("quickstart_spread", "how much the quickstart learns: trainer.seed 1-8 x native and portable float kernels",
           "every run ≥ +0.25; the warm start bit-identical under both", "quickstart_spread.json",
           "--jobs 2 --out bench/results/quickstart_spread.json"),
