@@ -26,7 +26,7 @@ it says so and exits 0).
 ``--skyrl`` runs SkyRL's own trainer (``run.engine: skyrl``, through ``python -m skyrl_engine.skyrl_bridge``)
 for ``--skyrl-steps`` steps of the quickstart with the built-in tiny model on one GPU (vLLM engine colocated
 with the FSDP policy, as SkyRL runs), then reads the run store back: whether metrics, trajectory parts and a
-final status reached it. It needs CUDA and SkyRL's GPU packages (``skyrl[fsdp]==0.3.0`` on Python 3.12);
+final status reached it. It needs CUDA and SkyRL's GPU packages (``skyrl[fsdp]==0.4.0`` on Python 3.12; 0.3 is kept);
 without them it prints why (``{"skipped": ...}``) and exits 0. A SkyRL training step cannot run on a CPU
 machine at all: SkyRL's trainer needs CUDA, vLLM and flash-attn.
 """

@@ -221,7 +221,10 @@ def test_skyrl_engine_notebook_dry_run(ray_cluster: Any, nb_env: Path, tmp_path:
 
     text = _text(done)
     assert "JobConfig(model='builtin://tiny-qwen2', env='arithmetic'" in text and "steps=7, run='pm-skyrl')" in text
-    assert re.search(r"SkyrlTranslation\(\d+ keys for SkyRL 0\.3\.0, \d+ changed, \d+ not sent, ready", text)
+    from skyrl_core.skyrl_translate import SKYRL_VERSION
+
+    version = re.escape(SKYRL_VERSION)  # the release the translation is written for
+    assert re.search(rf"SkyrlTranslation\(\d+ keys for SkyRL {version}, \d+ changed, \d+ not sent, ready", text)
     assert "trainer.strategy = 'fsdp'" in text and "generator.inference_engine.backend = 'vllm'" in text
     assert f"trainer.ckpt_path = '{runs}/pm-skyrl/checkpoints'" in text
     assert f"python -m skyrl_engine.skyrl_bridge --run-dir {runs}/pm-skyrl \\\n" in text
