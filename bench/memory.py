@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import RESULTS, ROOT
+from skyrl_core.machine_memory import machine_memory_bytes
 
 GOAL_GIB = 3.0
 MIB = 2**20
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {
             "bench": "memory", "goal": f"quickstart peak PSS of the tree without papermill <= {GOAL_GIB} GiB",
             "judged_on": "pss", "goal_met": None if quick is None else quick["peak_pss_gib"] <= GOAL_GIB,
-            "machine_memory_gib": round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30, 1),
+            "machine_memory_gib": round((machine_memory_bytes() or 0) / 2**30, 1),
             "cpus": os.cpu_count(), "note": args.note, "runs": runs, "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ nothing from skyrl_core.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from typing import Any
 
@@ -44,8 +45,6 @@ _made: dict[str, Any] = {}  # one Ray gauge per name and process
 
 def wanted(run_id: str | None) -> bool:
     """Whether an engine for ``run_id`` should keep statistics: a run id given and Ray connected (an actor)."""
-    import sys
-
     ray = sys.modules.get("ray")
     return bool(run_id) and ray is not None and ray.is_initialized()
 
