@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from skyrl_core.config import load_config
     from skyrl_engine.build import build
-    from skyrl_engine.policy import set_torch_threads
+    from skyrl_engine.policy import set_torch_threads, single_pass
 
     preset, overrides = MODELS[args.model]
     overrides = [*overrides, *(FULL if args.full else [])]
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = Shapes.of(trainer.workers.policy.worker.unwrapped)
     t = cfg.trainer
     rows_per_step, n = t.train_batch_size, cfg.generator.n_samples_per_prompt
-    extra_forward = not (t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= rows_per_step)
+    extra_forward = not single_pass(t, rows_per_step * n, n)
 
     kept: list[Any] = []
     generate_step = trainer.generate_step

@@ -41,6 +41,12 @@ if TYPE_CHECKING:
     from skyrl_core.config import TrainerConfig
 
 
+def single_pass(trainer: Any, samples: int, group_size: int) -> bool:
+    """Whether a step's update over ``samples`` samples (groups of ``group_size``) is one pass (one epoch, one
+    mini-batch): then the loss's old log-probs are the current ones detached and no extra forward pass is needed."""
+    return trainer.update_epochs_per_batch == 1 and trainer.policy_mini_batch_size * group_size >= samples
+
+
 def set_torch_threads(num_threads: int) -> int:
     """Fix torch's intra-op threads (0 = all cores this process may use); return the count.
 
@@ -179,7 +185,7 @@ class PolicyWorker(TrainableWorker):
         B = batch.sequences_BL.shape[0]
         mini_rows = t.policy_mini_batch_size * batch.group_size
         micro_rows = min(t.micro_train_batch_size_per_gpu, mini_rows)
-        one_pass = t.update_epochs_per_batch == 1 and mini_rows >= B
+        one_pass = single_pass(t, B, batch.group_size)
         # Off the first pass the policy moves, so the loss needs the pre-update log-probs; on a
         # single pass they equal the current ones (detached), which saves a forward pass. They are
         # also the "old" side of off_policy_correction's ratio exp(old - rollout).
