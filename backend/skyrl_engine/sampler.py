@@ -9,6 +9,12 @@ tokens may be drawn, they do not renormalise the reported log-probs. With ``temp
 Layout: prompts are left-padded to a common width ``P``; responses are right-padded to ``T``.
 Position ids count real tokens only, so a left-padded row sees the same positions as unpadded.
 The trainer's forward pass uses exactly this layout, so its log-probs match the sampler's.
+
+Decoding (issue 38: generation near its floor on CPU): the KV cache grows in place (no copy of the whole cache per
+token), rows that finished leave the batch once a quarter of it has, Llama-family models decode through
+:mod:`skyrl_engine.decode` (the model's own modules without transformers' per-call machinery), and each row draws
+its token by the inverse CDF at its own uniform (one per row and position: a row's sample does not depend on the
+other rows, and no random number is drawn per vocabulary entry).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core.config import SamplingParams
+from skyrl_engine.decode import lean_decoder
 from skyrl_engine.lora import LoraAdapter, apply_adapter
 from skyrl_engine.models import load_model
 from skyrl_engine.types import Completions, SampleBatch, left_pad
@@ -75,19 +82,64 @@ def filter_logits(logits_BV: torch.Tensor, params: SamplingParams) -> torch.Tens
     return logits_BV
 
 
-def _draw(logits_BV: torch.Tensor, params: SamplingParams, generator: torch.Generator | None):
-    """``(token_B, logprob_B)`` for one decoding position."""
+def _draw(logits_AV: torch.Tensor, params: SamplingParams, uniform_A: torch.Tensor):
+    """``(token_A, logprob_A)`` for one decoding position of the rows still decoding.
+
+    A row's token is the inverse CDF of its filtered distribution at its own uniform ``uniform_A`` (one draw per row
+    and position), so what a row samples does not depend on which other rows are still in the batch."""
     import torch
 
     if params.temperature <= 0.0:
-        logp_BV = torch.log_softmax(logits_BV.float(), dim=-1)
-        token_B = logits_BV.argmax(dim=-1)
-        return token_B, logp_BV.gather(-1, token_B[:, None])[:, 0]
-    tempered_BV = logits_BV.float() / params.temperature
-    logp_BV = torch.log_softmax(tempered_BV, dim=-1)
-    probs_BV = torch.softmax(filter_logits(tempered_BV, params), dim=-1)
-    token_B = torch.multinomial(probs_BV, 1, generator=generator)[:, 0]
-    return token_B, logp_BV.gather(-1, token_B[:, None])[:, 0]
+        logp_AV = torch.log_softmax(logits_AV.float(), dim=-1)
+        token_A = logits_AV.argmax(dim=-1)
+        return token_A, logp_AV.gather(-1, token_A[:, None])[:, 0]
+    tempered_AV = logits_AV.float() / params.temperature
+    logp_AV = torch.log_softmax(tempered_AV, dim=-1)
+    cdf_AV = torch.softmax(filter_logits(tempered_AV, params), dim=-1).double().cumsum(-1)
+    # the first token whose cumulative mass passes u x total: it has mass > 0 (its CDF step is strictly up)
+    target_A1 = uniform_A.double()[:, None] * cdf_AV[:, -1:]
+    token_A = torch.searchsorted(cdf_AV, target_A1, right=True)[:, 0].clamp(max=logits_AV.shape[-1] - 1)
+    return token_A, logp_AV.gather(-1, token_A[:, None])[:, 0]
+
+
+def _growing_layer(reserve: int):
+    """A transformers cache layer whose keys and values are views into a buffer with room for ``reserve`` more
+    positions: a decode step writes its one position in place instead of copying the whole cache (``torch.cat``),
+    and dropping finished rows indexes the buffer once."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        def __init__(self) -> None:
+            super().__init__()
+            self._k: Any = None
+            self._v: Any = None
+            self._n = 0
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            s = key_states.shape[-2]
+            if self._k is None or self._n + s > self._k.shape[-2]:
+                shape = (*key_states.shape[:-2], self._n + s + reserve, key_states.shape[-1])
+                k, v = key_states.new_empty(shape), value_states.new_empty(shape)
+                if self._n:
+                    k[..., :self._n, :] = self._k[..., :self._n, :]
+                    v[..., :self._n, :] = self._v[..., :self._n, :]
+                self._k, self._v = k, v
+            self._k[..., self._n:self._n + s, :] = key_states
+            self._v[..., self._n:self._n + s, :] = value_states
+            self._n += s
+            self.keys, self.values = self._k[..., :self._n, :], self._v[..., :self._n, :]
+            return self.keys, self.values
+
+        def reorder_cache(self, beam_idx) -> None:
+            if self._n:
+                self._k, self._v = self._k.index_select(0, beam_idx), self._v.index_select(0, beam_idx)
+                self.keys, self.values = self._k[..., :self._n, :], self._v[..., :self._n, :]
+
+        batch_select_indices = reorder_cache
+
+    return GrowingLayer
 
 
 def sample(
@@ -107,56 +159,65 @@ def sample(
     start from copies of its KV cache (a group of n costs one prefill, not n).
     """
     import torch
-    from transformers import DynamicCache
+    from transformers.cache_utils import Cache
 
     prompt_ids_BP, prompt_mask_BP = left_pad(prompts, pad_id)
     B = len(prompts)
     T = params.max_generate_length
-    tokens, logprobs = [], []
-    alive_B = torch.ones(B, dtype=torch.bool)
+    response_ids_BT = torch.full((B, T), pad_id, dtype=torch.long)
+    logprobs_BT = torch.zeros(B, T)
     finish = ["length"] * B
     first_U, inverse_B = distinct_rows(prompts) if share_prefill else (None, None)
+    steps = 0
+    decoder = lean_decoder(model)
     with torch.inference_mode():
-        cache = DynamicCache()
-        mask_BL = prompt_mask_BP
+        cache = Cache(layer_class_to_replicate=_growing_layer(T))
+        mask_AL = prompt_mask_BP
         if first_U is None:
-            out = model(input_ids=prompt_ids_BP, attention_mask=mask_BL, position_ids=position_ids_from_mask(mask_BL),
+            out = model(input_ids=prompt_ids_BP, attention_mask=mask_AL, position_ids=position_ids_from_mask(mask_AL),
                         cache=cache, use_cache=True, logits_to_keep=1)
-            logits_BV = out.logits[:, -1, :]
+            logits_AV = out.logits[:, -1, :]
         else:  # each distinct prompt prefilled once; its cache and last logits copied to the rows that share it
-            out = model(input_ids=prompt_ids_BP[first_U], attention_mask=mask_BL[first_U],
-                        position_ids=position_ids_from_mask(mask_BL[first_U]), cache=cache, use_cache=True,
+            out = model(input_ids=prompt_ids_BP[first_U], attention_mask=mask_AL[first_U],
+                        position_ids=position_ids_from_mask(mask_AL[first_U]), cache=cache, use_cache=True,
                         logits_to_keep=1)
             cache.reorder_cache(inverse_B)
-            logits_BV = out.logits[inverse_B, -1, :]
-        next_pos_B = mask_BL.sum(-1)
+            logits_AV = out.logits[inverse_B, -1, :]
+        # The batch in the model ("active" rows, A of them) drops the rows that finished once enough of them have:
+        # a finished row costs a full row of every decode matmul. rows_A: each active row's index in the B rows.
+        rows_A = torch.arange(B)
+        alive_A = torch.ones(B, dtype=torch.bool)
+        next_pos_A = mask_AL.sum(-1)
         for t in range(T):
-            token_B, logprob_B = _draw(logits_BV, params, generator)
-            token_B = torch.where(alive_B, token_B, torch.full_like(token_B, pad_id))
-            logprob_B = torch.where(alive_B, logprob_B, torch.zeros_like(logprob_B))
-            tokens.append(token_B)
-            logprobs.append(logprob_B)
-            stopped_B = alive_B & (token_B == eos_id)
-            for b in torch.nonzero(stopped_B)[:, 0].tolist():
+            uniform_B = torch.rand(B, generator=generator)  # every row's draw for this position, finished or not
+            token_A, logprob_A = _draw(logits_AV, params, uniform_B[rows_A])
+            token_A = torch.where(alive_A, token_A, torch.full_like(token_A, pad_id))
+            response_ids_BT[rows_A, t] = token_A
+            logprobs_BT[rows_A, t] = torch.where(alive_A, logprob_A.float(), torch.zeros_like(logprob_A.float()))
+            stopped_A = alive_A & (token_A == eos_id)
+            for b in rows_A[stopped_A].tolist():
                 finish[b] = "stop"
-            alive_next_B = alive_B & ~stopped_B
-            if t == T - 1 or not bool(alive_next_B.any()):
-                alive_B = alive_next_B
+            alive_next_A = alive_A & ~stopped_A
+            steps = t + 1
+            live = int(alive_next_A.sum())
+            if t == T - 1 or live == 0:
                 break
             # the token just drawn is real for every row alive when it was drawn
-            mask_BL = torch.cat([mask_BL, alive_B.long()[:, None]], dim=-1)
-            out = model(
-                input_ids=token_B[:, None],
-                attention_mask=mask_BL,
-                position_ids=next_pos_B[:, None],
-                cache=cache,
-                use_cache=True,
-            )
-            logits_BV = out.logits[:, -1, :]
-            next_pos_B = next_pos_B + alive_B.long()
-            alive_B = alive_next_B
-    response_ids_BT = torch.stack(tokens, dim=1)
-    logprobs_BT = torch.stack(logprobs, dim=1).float()
+            mask_AL = torch.cat([mask_AL, alive_A.long()[:, None]], dim=-1)
+            pos_A, next_pos_A = next_pos_A, next_pos_A + alive_A.long()  # where the token just drawn sits
+            if live <= 3 * len(rows_A) // 4:  # compact: a quarter or more of the active rows finished
+                keep_A = torch.nonzero(alive_next_A)[:, 0]
+                cache.batch_select_indices(keep_A)
+                rows_A, mask_AL, pos_A, next_pos_A = rows_A[keep_A], mask_AL[keep_A], pos_A[keep_A], next_pos_A[keep_A]
+                token_A, alive_next_A = token_A[keep_A], alive_next_A[keep_A]
+            if decoder is not None:
+                logits_AV = decoder(token_A, pos_A, mask_AL, cache)
+            else:
+                out = model(input_ids=token_A[:, None], attention_mask=mask_AL, position_ids=pos_A[:, None],
+                            cache=cache, use_cache=True)
+                logits_AV = out.logits[:, -1, :]
+            alive_A = alive_next_A
+    response_ids_BT, logprobs_BT = response_ids_BT[:, :steps], logprobs_BT[:, :steps]
     # a token is part of the response until (and including) the EOS
     lengths_B = torch.tensor(
         [
