@@ -17,6 +17,7 @@ shows and stops; :class:`OpenAIClient` is the small client used when the ``opena
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
@@ -100,8 +101,8 @@ def serve(export_or_run: Any, cluster: Any = None, *, step: int | None = None, l
                              "runtime_env={'env_vars': {'SKYRL_VLLM_PYTHON': ...}}")
     key = (secrets.token_urlsafe(24) if bind not in ("127.0.0.1", "localhost") else None) if api_key == "auto" \
         else api_key
-    if key:
-        env_vars["VLLM_API_KEY"] = key  # vLLM's server reads it; never on the command line the dashboard shows
+    if key:  # only its hash travels (the name skyrl_engine.serve_auth.KEY_HASH_ENV): runtime_env is public
+        env_vars["SKYRL_SERVE_KEY_SHA256"] = hashlib.sha256(key.encode("utf-8")).hexdigest()
     env["env_vars"] = env_vars
     from skyrl_nb.cluster.versions import check_versions
 

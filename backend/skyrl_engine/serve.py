@@ -41,7 +41,7 @@ from typing import Any
 from skyrl_core import procs
 from skyrl_core.exports import ExportError
 from skyrl_core.store import is_url, open_store
-from skyrl_engine import lora
+from skyrl_engine import lora, serve_auth
 from skyrl_engine.export import METADATA_FILE, export_model
 from skyrl_engine.models import TINY_MODEL, resolve_model_path
 from skyrl_engine.vllm_engine import find_vllm_python
@@ -309,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
             env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         cmd = vllm_command(python, plan, args.host, port, extra, on_gpu)
+        if env.get(serve_auth.KEY_HASH_ENV):  # the key's hash only: the key never enters the job's runtime_env
+            shutil.copyfile(serve_auth.__file__, os.path.join(staging, "skyrl_serve_auth.py"))
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (staging, env.get("PYTHONPATH")) if p)
+            cmd += ["--middleware", "skyrl_serve_auth.KeyHashMiddleware"]
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
         info = {"host": _node_ip(), "bind": args.host, "port": port, "model": plan.name, "models": plan.models,
                 "mode": plan.mode, "base": plan.base_name, "step": plan.step, "pid": os.getpid(), "server_pid": proc.pid,

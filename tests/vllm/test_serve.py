@@ -4,7 +4,8 @@ A 2-step SmolLM2 LoRA run (``cluster.launch("smollm2")``, its batch cut down) is
 on the base model; for 3 word problems the server's greedy tokens (``return_token_ids``) equal transformers' greedy
 ``generate`` on the same export (the base model with the export's adapter through PEFT), and the server's log-probs
 of them are the PEFT model's (and not the base model's: the adapter is applied). ``stop()`` leaves no process of the
-server and closes its port. The bad inputs are one line each.
+server and closes its port. The server is given an API key: the job API (what Ray's dashboard shows) carries only its
+SHA-256, vLLM's routes refuse a request without it, and the client carries it. The bad inputs are one line each.
 
 Measured here (2 cores shared with other work, load 5-9): 3.8-4.1 min in all: the local cluster 29 s (setup), the
 run 102-113 s, the export 10-13 s, the server ready 62 s after the transformers side is done (its start overlaps
@@ -16,6 +17,8 @@ from __future__ import annotations
 import json
 import socket
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +98,11 @@ def test_a_smollm2_lora_export_served_by_vllm_gives_transformers_greedy_tokens_a
     assert result.adapter and result.step == STEPS
     exported = time.perf_counter()
 
-    server = skyrl_nb.serve(result, nb_cluster, dtype="float32", max_model_len=1024, runtime_env=env, wait=False)
+    key = f"sk-test-{time.time_ns()}"  # a key on 127.0.0.1 too: the key path end to end, the URL still local
+    server = skyrl_nb.serve(result, nb_cluster, dtype="float32", max_model_len=1024, runtime_env=env, wait=False,
+                            api_key=key)
+    shown = json.dumps(nb_cluster.client.get_job_info(server.submission_id).runtime_env)
+    assert key not in shown and "SKYRL_SERVE_KEY_SHA256" in shown  # the job API (the dashboard) shows the hash only
     assert repr(server).startswith("Server(model='smollm2-lora'")
     prompts = distinct_prompts("builtin://word_problems/test", 3)
     threads = torch.get_num_threads()
@@ -112,6 +119,11 @@ def test_a_smollm2_lora_export_served_by_vllm_gives_transformers_greedy_tokens_a
         assert server.status() == "ready" and "LoRA adapter on smollm2-135m-instruct" in server._repr_html_()
         client = server.client()
         assert sorted(client.models()) == sorted(server.models)
+        for headers in ({}, {"Authorization": "Bearer wrong"}):  # vLLM's own routes refuse without the key
+            with pytest.raises(urllib.error.HTTPError) as refused_request:
+                urllib.request.urlopen(urllib.request.Request(f"{server.url}/models", headers=headers), timeout=30)
+            assert refused_request.value.code == 401
+        assert key not in server.logs() and key not in repr(server) and key not in server._repr_html_()
         for i, prompt_ids in enumerate(ref["prompt_ids"]):
             answer = client.completions(prompt_ids, max_tokens=NEW_TOKENS, temperature=0.0, return_token_ids=True,
                                         logprobs=1)["choices"][0]
