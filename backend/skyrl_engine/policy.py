@@ -219,7 +219,8 @@ class PolicyWorker(TrainableWorker):
                 first, last = self.my_rows(mini_B)
                 for micro_start in range(first, last, micro_rows):
                     lo, hi = mini_start + micro_start, mini_start + min(micro_start + micro_rows, last)
-                    micro = batch.rows(lo, hi)
+                    micro = batch.rows(lo, hi).trimmed()
+                    T = micro.response_mask_BT.shape[1]
                     mask_BT = micro.response_mask_BT.float()
                     logprobs_BT, logits_BTV = response_logprobs(self.model, micro, self.temperature, with_entropy=True,
                                                                    share_prompt=t.share_prompt_prefix)
@@ -230,7 +231,7 @@ class PolicyWorker(TrainableWorker):
                         gap_BT = (logprobs_BT.detach() - micro.rollout_logprobs_BT).abs() * mask_BT
                         add_max("policy/rollout_train_logprobs_abs_diff_max", gap_BT.max().item())
                         add("policy/rollout_train_logprobs_abs_diff_mean", algorithms.masked_mean(gap_BT, mask_BT).item())
-                    old_BT = logprobs_BT.detach() if old_logprobs_BT is None else old_logprobs_BT[lo:hi]
+                    old_BT = logprobs_BT.detach() if old_logprobs_BT is None else old_logprobs_BT[lo:hi, :T]
                     policy_loss, loss_metrics = algorithms.compute_policy_loss(
                         algo.policy_loss_type,
                         logprobs_BT,
@@ -249,7 +250,7 @@ class PolicyWorker(TrainableWorker):
                     if algo.use_entropy_loss:
                         loss = loss - algo.entropy_loss_coef * entropy * share
                     if ref_logprobs_BT is not None:
-                        kl = algorithms.compute_kl_loss(logprobs_BT, ref_logprobs_BT[lo:hi], mask_BT, algo)
+                        kl = algorithms.compute_kl_loss(logprobs_BT, ref_logprobs_BT[lo:hi, :T], mask_BT, algo)
                         loss = loss + algo.kl_loss_coef * kl * share
                     else:
                         # no reference: report how far the update moved from the sampling policy

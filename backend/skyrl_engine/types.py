@@ -177,3 +177,17 @@ class TrainBatch:
             f.name: value[start:stop] if f.name.endswith(("_BL", "_BT")) and value is not None else value
             for f in dataclasses.fields(self) for value in [getattr(self, f.name)]
         })
+
+    def trimmed(self) -> TrainBatch:
+        """These rows without the response columns past their longest response (padding none of them uses), so a
+        micro-batch's forward pass covers its own longest response, not the whole batch's."""
+        import dataclasses
+
+        used = int(self.response_mask_BT.any(0).nonzero().max()) + 1 if bool(self.response_mask_BT.any()) else 1
+        cut = self.response_mask_BT.shape[1] - used
+        if cut <= 0:
+            return self
+        return TrainBatch(**{
+            f.name: value[:, :-cut] if f.name.endswith(("_BL", "_BT")) and value is not None else value
+            for f in dataclasses.fields(self) for value in [getattr(self, f.name)]
+        })

@@ -1,5 +1,6 @@
 """The sampler's decode loop: the lean decoder against transformers' forward, finished rows dropped from the batch,
-and each row's draw independent of the rest of the batch."""
+each row's draw independent of the rest of the batch; and the trainer's micro-batches trimmed to their longest
+response."""
 
 from __future__ import annotations
 
@@ -76,3 +77,33 @@ def test_architectures_it_does_not_run_exactly_decode_through_transformers(chang
     for key, value in change.items():
         setattr(model.config, key, value)
     assert lean_decoder(model) is None
+
+
+def test_a_micro_batch_trimmed_to_its_longest_response_gives_the_same_log_probs(tiny_model_dir):
+    """The trainer drops the response columns no row of a micro-batch uses (``TrainBatch.trimmed``): the prompt width
+    stays, and every response token's log-prob is the untrimmed pass's."""
+    from skyrl_engine.policy import response_logprobs
+    from skyrl_engine.types import TrainBatch
+
+    torch.set_num_threads(1)
+    model, tok = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    a, b = (encode_prompt(tok, [{"role": "user", "content": q}]) for q in ("3+4", "a long prompt"))
+    samples = sample(model, [a, a, b, b], SamplingParams(max_generate_length=12, temperature=1.0), tok.eos_token_id,
+                     tok.pad_token_id, torch.Generator().manual_seed(9))
+    # as if a longer row elsewhere in the batch had widened it: 5 columns of padding no row here uses
+    pad = torch.zeros(4, 5, dtype=torch.long)
+    batch = TrainBatch(
+        sequences_BL=torch.cat([samples.prompt_ids_BP, samples.response_ids_BT, pad + tok.pad_token_id], dim=1),
+        attention_mask_BL=torch.cat([samples.prompt_mask_BP, samples.response_mask_BT, pad], dim=1),
+        response_mask_BT=torch.cat([samples.response_mask_BT, pad], dim=1),
+        advantages_BT=torch.zeros(4, samples.response_ids_BT.shape[1] + 5),
+        rollout_logprobs_BT=torch.cat([samples.logprobs_BT, pad.float()], dim=1), group_size=2)
+    trimmed = batch.trimmed()
+    longest = int(samples.response_mask_BT.sum(-1).max())
+    assert trimmed.response_mask_BT.shape[1] == longest and trimmed.num_prompt_tokens == batch.num_prompt_tokens
+    assert trimmed.trimmed() is trimmed
+    with torch.no_grad():
+        full, _ = response_logprobs(model, batch, 1.0)
+        short, _ = response_logprobs(model, trimmed, 1.0)
+    mask = trimmed.response_mask_BT.bool()
+    assert torch.allclose(full[:, :longest][mask], short[mask], atol=1e-6, rtol=0)
