@@ -16,8 +16,9 @@ One command, one result file. In the same process, back to back:
      tokens`` plus the LM head for its last position;
    - *decode*: every token position of the batch reads all weights once (``4 x params`` bytes: fp32) and does
      ``2 x params`` FLOPs per live row; the position costs the larger of the two;
-   - *forward* (the training pass's): ``2 x linear params`` per token of prompt and response, the LM head over the
-     response positions only (the only logits the loss needs);
+   - *forward* (the training pass's): ``2 x linear params`` per token of prompt and response, each distinct prompt
+     once (``trainer.share_prompt_prefix``, on by default: the trainer passes a group's prompt once), the LM head over
+     the response positions only (the only logits the loss needs);
    - *backward*: full fine-tuning ``2 x forward`` (input and weight gradients); LoRA ``1 x forward`` (input
      gradients through the frozen weights; the adapters' own are negligible);
    - *optimizer*: AdamW reads and writes parameter, gradient and both moments of every trainable weight.
@@ -130,12 +131,15 @@ def generate_floor(s: Shapes, m: Machine, prompt_lens: list[int], distinct_promp
     return {"prefill": prefill, "decode": decode, "generate": prefill + decode}
 
 
-def train_floor(s: Shapes, m: Machine, prompt_lens: list[int], response_lens: list[int],
-                extra_forward: bool) -> dict[str, float]:
-    """Seconds: the policy update on one step's samples (module docstring)."""
-    tokens = sum(p + r for p, r in zip(prompt_lens, response_lens, strict=True))
-    attention = sum(s.attention_flops(p + r) * (p + r) / 2 for p, r in zip(prompt_lens, response_lens, strict=True))
-    fwd_flops = 2.0 * s.linear * tokens + 2.0 * s.head * sum(response_lens) + attention
+def train_floor(s: Shapes, m: Machine, prompt_lens: list[int], distinct_prompt_lens: list[int], response_lens: list[int],
+                extra_forward: bool, share_prompt: bool) -> dict[str, float]:
+    """Seconds: the policy update on one step's samples (module docstring). ``share_prompt``
+    (``trainer.share_prompt_prefix``): each distinct prompt goes through the model once, as the trainer does."""
+    prompts = distinct_prompt_lens if share_prompt else prompt_lens
+    context = zip(prompt_lens, response_lens, strict=True)  # a response token attends over its prompt and what precedes it
+    attention = (sum(s.attention_flops(p) * p / 2 for p in prompts)
+                 + sum(s.attention_flops(p + r / 2) * r for p, r in context))
+    fwd_flops = 2.0 * s.linear * (sum(prompts) + sum(response_lens)) + 2.0 * s.head * sum(response_lens) + attention
     rate = m.matmul_gflops * 1e9
     forward = fwd_flops / rate
     backward = (1.0 if s.lora else 2.0) * fwd_flops / rate
@@ -208,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     for s in steps:
         s["floor"] = {k: round(v, 4) for k, v in {
             **generate_floor(shapes, machine, s["prompt_lens"], s["distinct_prompt_lens"], s["response_lens"]),
-            **train_floor(shapes, machine, s["prompt_lens"], s["response_lens"], extra_forward)}.items()}
+            **train_floor(shapes, machine, s["prompt_lens"], s["distinct_prompt_lens"], s["response_lens"],
+                          extra_forward, t.share_prompt_prefix)}.items()}
     ratios = {phase: round(statistics.median(s[f"{phase}_s"] / s["floor"][phase] for s in counted), 2)
               for phase in ("generate", "policy_train")}
     arm_name = "full" if args.full else ("lora" if shapes.lora else "full")
