@@ -5,6 +5,7 @@ runs in tests/vllm/test_serve.py."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -27,7 +28,9 @@ def _status(path: str, headers: dict[str, str], method: str = "GET") -> int:
 
     scope = {"type": "http", "method": method, "path": path, "root_path": "",
              "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
-    asyncio.run(serve_auth.KeyHashMiddleware(_app)(scope, receive, send))
+    # its own thread: an earlier test of the session may leave an event loop running in this one
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, serve_auth.KeyHashMiddleware(_app)(scope, receive, send)).result()
     return next(m["status"] for m in sent if m["type"] == "http.response.start")
 
 
