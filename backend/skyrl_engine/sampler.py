@@ -193,7 +193,7 @@ def sample(
             token_A, logprob_A = _draw(logits_AV, params, uniform_B[rows_A])
             token_A = torch.where(alive_A, token_A, torch.full_like(token_A, pad_id))
             response_ids_BT[rows_A, t] = token_A
-            logprobs_BT[rows_A, t] = torch.where(alive_A, logprob_A.float(), torch.zeros_like(logprob_A.float()))
+            logprobs_BT[rows_A, t] = logprob_A.float().masked_fill(~alive_A, 0.0)
             stopped_A = alive_A & (token_A == eos_id)
             for b in rows_A[stopped_A].tolist():
                 finish[b] = "stop"

