@@ -20,8 +20,11 @@ from typing import Any
 LEAN_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
 
 
-def lean_decoder(model: Any) -> LeanDecoder | None:
-    """A :class:`LeanDecoder` for ``model`` when its architecture is one it runs exactly, else None."""
+def lean_layout(model: Any) -> Any:
+    """``model`` itself when it is a causal LM of a Llama-family architecture laid out as transformers lays it out
+    (``model.model.{embed_tokens, layers, rotary_emb, norm}``, ``model.lm_head``, pre-norm blocks with full attention
+    and SiLU MLPs), else None. :class:`LeanDecoder` and :class:`skyrl_engine.packed.PackedForward` run such a model
+    through its own modules."""
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in LEAN_MODEL_TYPES:
         return None
@@ -36,7 +39,17 @@ def lean_decoder(model: Any) -> LeanDecoder | None:
         return None  # wrapped (an adapter library's model) or laid out otherwise: transformers' forward
     if not hasattr(model, "lm_head"):
         return None
-    return LeanDecoder(model)
+    return model
+
+
+def rotary_of(attn: Any) -> Any:
+    """The ``apply_rotary_pos_emb`` of an attention module's own transformers model file."""
+    return sys.modules[type(attn).__module__].apply_rotary_pos_emb
+
+
+def lean_decoder(model: Any) -> LeanDecoder | None:
+    """A :class:`LeanDecoder` for ``model`` when its architecture is one it runs exactly, else None."""
+    return LeanDecoder(model) if lean_layout(model) is not None else None
 
 
 class LeanDecoder:
@@ -48,7 +61,7 @@ class LeanDecoder:
         self.body = model.model
         attn = self.body.layers[0].self_attn
         self.head_dim = int(attn.head_dim)
-        self.apply_rotary = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+        self.apply_rotary = rotary_of(attn)
 
     def __call__(self, token_A: Any, position_A: Any, mask_AL: Any, cache: Any) -> Any:
         import torch

@@ -31,6 +31,7 @@ from skyrl_engine.lora import (
     save_adapter,
 )
 from skyrl_engine.models import copy_tokenizer_files, load_model
+from skyrl_engine.packed import packed_forward
 from skyrl_engine.ray_runtime import register_tensor_transport
 from skyrl_engine.sampler import distinct_rows, position_ids_from_mask
 from skyrl_engine.trainable import TrainableWorker, forward_no_grad, forward_rows, updates_per_step
@@ -61,24 +62,41 @@ def set_torch_threads(num_threads: int) -> int:
 
 
 def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy: bool = False,
-                      share_prompt: bool = True):
-    """``(logprobs_BT, logits_BTV)`` of the response tokens under ``softmax(logits / temperature)``.
+                      share_prompt: bool = True, entropy_grad: bool = False):
+    """``(logprobs_BT, entropy_BT)``: the response tokens' log-probs under ``softmax(logits / temperature)`` and, with
+    ``with_entropy``, that distribution's entropy at each position (else None; with ``entropy_grad`` it carries a
+    gradient, for ``use_entropy_loss``).
 
     Same layout and positions as the sampler, so on-policy log-probs match the rollout's. Only the positions
     that predict a response token go through the output layer. ``share_prompt``: rows with the same prompt
-    (a group's n samples) run it through the model once and their responses continue from copies of its KV
-    cache, with gradients flowing back into the shared prompt pass; the values are those of the full
-    per-row pass to float rounding (``trainer.share_prompt_prefix``).
+    (a group's n samples) run it through the model once and their responses continue from its keys and values,
+    with gradients flowing back into the shared prompt pass; the values are those of the full per-row pass to float
+    rounding (``trainer.share_prompt_prefix``). Llama-family models run over the real tokens only
+    (:mod:`skyrl_engine.packed`): positions past a row's response then hold 0; other models take the padded pass
+    (:func:`response_logits`).
     """
     import torch
 
-    logits_BTV = response_logits(model, batch, share_prompt).float()
+    P = batch.num_prompt_tokens
+    B, T = batch.sequences_BL.shape[0], batch.sequences_BL.shape[1] - P
+    packed = packed_forward(model)
+    found = packed.logits(batch.sequences_BL, batch.attention_mask_BL, P, share_prompt) if packed is not None else None
+    if found is not None:
+        logits_MV, b_M, t_M = found
+        logits_MV = logits_MV.float()
+    else:
+        b_M, t_M = (torch.arange(B).repeat_interleave(T), torch.arange(T).repeat(B))
+        logits_MV = response_logits(model, batch, share_prompt).float().reshape(B * T, -1)
     if temperature > 0 and temperature != 1.0:
-        logits_BTV = logits_BTV / temperature
-    logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
-    targets_BT = batch.sequences_BL[:, batch.num_prompt_tokens:]
-    logprobs_BT = logp_BTV.gather(-1, targets_BT[..., None])[..., 0]
-    return logprobs_BT, (logits_BTV if with_entropy else None)
+        logits_MV = logits_MV / temperature
+    logp_MV = torch.log_softmax(logits_MV, dim=-1)
+    logprobs_M = logp_MV.gather(-1, batch.sequences_BL[b_M, P + t_M][:, None])[:, 0]
+    logprobs_BT = logprobs_M.new_zeros(B, T).index_put((b_M, t_M), logprobs_M)
+    if not with_entropy:
+        return logprobs_BT, None
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy_M = -(logp_MV.exp() * logp_MV).sum(dim=-1)  # algorithms.compute_entropy, from the same log-softmax
+        return logprobs_BT, entropy_M.new_zeros(B, T).index_put((b_M, t_M), entropy_M)
 
 
 def response_logits(model, batch: TrainBatch, share_prompt: bool = True):
@@ -177,9 +195,6 @@ class PolicyWorker(TrainableWorker):
     # -- the update ---------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """Run the micro-batched update on one step's batch; return ``policy/...`` metrics."""
-        import torch
-
-
         t = self.trainer
         algo = self.algo
         B = batch.sequences_BL.shape[0]
@@ -222,8 +237,9 @@ class PolicyWorker(TrainableWorker):
                     micro = batch.rows(lo, hi).trimmed()
                     T = micro.response_mask_BT.shape[1]
                     mask_BT = micro.response_mask_BT.float()
-                    logprobs_BT, logits_BTV = response_logprobs(self.model, micro, self.temperature, with_entropy=True,
-                                                                   share_prompt=t.share_prompt_prefix)
+                    logprobs_BT, entropy_BT = response_logprobs(self.model, micro, self.temperature, with_entropy=True,
+                                                                share_prompt=t.share_prompt_prefix,
+                                                                entropy_grad=algo.use_entropy_loss)
                     if epoch == 0 and mini_start == 0:
                         # Before this batch's first optimizer step the weights are the ones the
                         # generator was synced with (one step older in async runs): how far the
@@ -244,8 +260,7 @@ class PolicyWorker(TrainableWorker):
                         num_tokens=mini_tokens,
                     )
                     share = (hi - lo) / mini_B  # KL and entropy are means: weight by rows
-                    with torch.set_grad_enabled(algo.use_entropy_loss):
-                        entropy = algorithms.masked_entropy(logits_BTV, mask_BT)
+                    entropy = algorithms.masked_mean(entropy_BT, mask_BT)
                     loss = policy_loss
                     if algo.use_entropy_loss:
                         loss = loss - algo.entropy_loss_coef * entropy * share

@@ -172,8 +172,9 @@ def test_a_shared_prompt_pass_trains_as_a_pass_per_row(tiny_model_dir, adapter):
     results = []
     for share in (True, False):
         model.zero_grad(set_to_none=True)
-        logprobs_BT, logits_BTV = response_logprobs(model, batch, 0.7, with_entropy=True, share_prompt=share)
-        ((logprobs_BT * weights * mask).sum() + logits_BTV.logsumexp(-1).mul(mask).mean()).backward()
+        logprobs_BT, entropy_BT = response_logprobs(model, batch, 0.7, with_entropy=True, share_prompt=share,
+                                                    entropy_grad=True)
+        ((logprobs_BT * weights * mask).sum() + entropy_BT.mul(mask).mean()).backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results.append((logprobs_BT.detach(), grads))
     (shared, shared_grads), (full, full_grads) = results
