@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from skyrl_engine.decode import lean_layout
+from skyrl_engine.sampler import distinct_rows, position_ids_from_mask
 
 if TYPE_CHECKING:
     import torch
@@ -82,8 +83,6 @@ class PackedForward:
     def logits(self, ids_BL: torch.Tensor, mask_BL: torch.Tensor, P: int,
                share_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         import torch
-
-        from skyrl_engine.sampler import distinct_rows, position_ids_from_mask
 
         B, L = ids_BL.shape
         T = L - P

@@ -49,6 +49,7 @@ SETUPS: dict[str, dict] = {
                 "max_new": 48, "temperature": 0.7, "lr": 1e-5, "overrides": ["trainer.policy.model.lora.rank=0"]},
 }
 MIN_LOOP_S = 60.0
+TOKENS_PER_S_GOAL = 3.0  # issue 38: skyrl-nb at least 3x TRL's tokens/s
 
 
 def skyrl_config(setup: dict, steps: int, threads: int, seed: int, run_root: str, model_dir: str = ""):
@@ -325,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(),
     }
     result["tokens_per_s_ratio"] = round(result["skyrl_nb"]["tokens_per_s"] / result["trl"]["tokens_per_s"], 3)
-    result["goals"] = {"tokens_per_s_ratio_at_least_1_5": result["tokens_per_s_ratio"] >= 1.5,
+    result["goals"] = {"tokens_per_s_ratio_at_least_3": result["tokens_per_s_ratio"] >= TOKENS_PER_S_GOAL,
                        "reward_at_least_trl": result["skyrl_nb"]["reward_last"] >= result["trl"]["reward_last"]}
     report(result, args.out, {k: v for k, v in result.items() if k not in ("rewards", "per_seed")})
     return 0

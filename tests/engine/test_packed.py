@@ -99,18 +99,18 @@ def test_the_packed_pass_computes_what_the_padded_pass_computes(arch, share, ada
 def test_a_wrong_layout_is_caught(mutation, monkeypatch):
     """The comparison above can fail: the packed pass with its responses one position further from their prompts, or
     attending to another group's prompt, gives other log-probs than the padded pass."""
-    from skyrl_engine import sampler
+    from skyrl_engine import packed as packed_module
 
     model = _llama_gqa().train()
     batch = _batch()
     P = batch.num_prompt_tokens
     if mutation == "response-position+1":
-        real = sampler.position_ids_from_mask
-        monkeypatch.setattr(sampler, "position_ids_from_mask",
+        real = packed_module.position_ids_from_mask
+        monkeypatch.setattr(packed_module, "position_ids_from_mask",
                             lambda mask: real(mask) + (torch.arange(mask.shape[1]) >= P))
     else:
-        real = sampler.distinct_rows
-        monkeypatch.setattr(sampler, "distinct_rows", lambda rows: (lambda f, i: (f, (i + 1) % len(f)))(*real(rows)))
+        real = packed_module.distinct_rows
+        monkeypatch.setattr(packed_module, "distinct_rows", lambda rows: (lambda f, i: (f, (i + 1) % len(f)))(*real(rows)))
     got, _, _ = _pass(model, batch, True, padded=False, monkeypatch=monkeypatch)
     monkeypatch.undo()
     want, _, _ = _pass(model, batch, True, padded=True, monkeypatch=monkeypatch)
