@@ -152,8 +152,7 @@ class PackedForward:
 def _register() -> None:
     from transformers import AttentionInterface
 
-    if ATTENTION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(ATTENTION, packed_attention)
+    AttentionInterface.register(ATTENTION, packed_attention)  # a dict update: cheap to repeat
 
 
 def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,

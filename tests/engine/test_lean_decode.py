@@ -6,22 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_models import llama_gqa
 
 from skyrl_engine import sampler as sampler_module
 from skyrl_engine.decode import lean_decoder
 from skyrl_engine.models import encode_prompt, load_model, load_tokenizer
 from skyrl_engine.sampler import SamplingParams, sample
-
-
-def _llama_gqa():
-    """A random Llama with grouped-query attention, SmolLM2's layout in miniature (3 query heads per K/V head)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=97, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=128,
-                         tie_word_embeddings=True, attn_implementation="eager")
-    return LlamaForCausalLM(config).eval()
 
 
 def _both_paths(model, prompts, params, eos_id, pad_id, monkeypatch):
@@ -37,7 +27,7 @@ def test_lean_decoding_samples_what_transformers_forward_samples(tiny_model_dir,
     tokens, finish reasons and log-probs as decoding every step through transformers, left-padded prompts and rows
     that finish early included."""
     torch.set_num_threads(1)
-    llama = _llama_gqa()
+    llama = llama_gqa()
     assert lean_decoder(llama) is not None
     prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [5, 6, 7], [20]] * 2
     lean, full = _both_paths(llama, prompts, SamplingParams(max_generate_length=10, temperature=1.0), 1, 0,
@@ -73,7 +63,7 @@ def test_a_rows_tokens_do_not_depend_on_the_other_rows(tiny_model_dir):
 
 @pytest.mark.parametrize("change", [{"model_type": "gpt2"}, {"hidden_act": "gelu"}, {"use_sliding_window": True}])
 def test_architectures_it_does_not_run_exactly_decode_through_transformers(change):
-    model = _llama_gqa()
+    model = llama_gqa()
     for key, value in change.items():
         setattr(model.config, key, value)
     assert lean_decoder(model) is None

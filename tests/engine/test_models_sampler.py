@@ -149,19 +149,15 @@ def test_a_shared_prefill_samples_what_a_prefill_per_row_samples(tiny_model_dir)
 @pytest.mark.parametrize("adapter", [False, True], ids=["full", "lora"])
 def test_a_shared_prompt_pass_trains_as_a_pass_per_row(tiny_model_dir, adapter):
     """``trainer.share_prompt_prefix``: each distinct prompt of a micro-batch goes through the model once and its
-    rows' responses continue from copies of its KV cache. Log-probs, and the gradients of a loss on them (which
+    rows' responses attend to its keys and values. Log-probs, and the gradients of a loss on them (which
     flow back into the shared prompt pass), equal the per-row pass's to float rounding, LoRA (PEFT) included."""
-    from skyrl_core.config import load_config
-    from skyrl_engine import lora
+    from small_models import with_adapter
 
     torch.set_num_threads(1)
     tok = load_tokenizer(tiny_model_dir)
     model = load_model(tiny_model_dir)
     if adapter:
-        model = lora.wrap(model, load_config("quickstart", ["trainer.policy.model.lora.rank=4"]).trainer.policy.model.lora, 0)
-        for name, p in model.named_parameters():  # B starts at zero: move it, so the adapter takes part
-            if "lora_B" in name:
-                p.data.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
+        model = with_adapter(model)
     model.train()
     a, b = (encode_prompt(tok, [{"role": "user", "content": q}]) for q in ("12+30", "a longer prompt than that"))
     samples = sample(model, [a, a, a, b, b, b], SamplingParams(max_generate_length=9, temperature=1.0),

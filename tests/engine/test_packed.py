@@ -7,21 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_models import llama_gqa, with_adapter
 
 from skyrl_engine import policy
 from skyrl_engine.packed import packed_forward
 from skyrl_engine.types import TrainBatch
-
-
-def _llama_gqa():
-    """A random Llama with grouped-query attention (3 query heads per K/V head, SmolLM2's layout in miniature)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=97, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=128,
-                         tie_word_embeddings=True, attn_implementation="eager")
-    return LlamaForCausalLM(config)
 
 
 def _batch(pad_id: int = 0) -> TrainBatch:
@@ -61,17 +51,12 @@ def _pass(model, batch, share: bool, padded: bool, monkeypatch):
 @pytest.mark.parametrize("share", [True, False], ids=["shared-prompt", "per-row"])
 @pytest.mark.parametrize("arch", ["llama-gqa", "tiny-qwen2"])
 def test_the_packed_pass_computes_what_the_padded_pass_computes(arch, share, adapter, tiny_model_dir, monkeypatch):
-    from skyrl_core.config import load_config
-    from skyrl_engine import lora
     from skyrl_engine.models import load_model
 
     torch.set_num_threads(1)
-    model = _llama_gqa() if arch == "llama-gqa" else load_model(tiny_model_dir)
+    model = llama_gqa() if arch == "llama-gqa" else load_model(tiny_model_dir)
     if adapter:
-        model = lora.wrap(model, load_config("quickstart", ["trainer.policy.model.lora.rank=4"]).trainer.policy.model.lora, 0)
-        for name, p in model.named_parameters():  # B starts at zero: move it, so the adapter takes part
-            if "lora_B" in name:
-                p.data.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
+        model = with_adapter(model)
     model.train()
     batch = _batch()
     packed = packed_forward(model)
@@ -101,7 +86,7 @@ def test_a_wrong_layout_is_caught(mutation, monkeypatch):
     attending to another group's prompt, gives other log-probs than the padded pass."""
     from skyrl_engine import packed as packed_module
 
-    model = _llama_gqa().train()
+    model = llama_gqa().train()
     batch = _batch()
     P = batch.num_prompt_tokens
     if mutation == "response-position+1":
@@ -122,7 +107,7 @@ def test_masks_it_does_not_know_take_the_padded_pass(monkeypatch):
     """A response with a hole in its attention mask (not the sampler's layout): the packed pass declines and
     response_logprobs gives the padded pass's values; other architectures decline too. (Models wrapped for several
     ranks take the packed pass: tests/engine/test_data_parallel.py trains FSDP2 ranks against one worker.)"""
-    model = _llama_gqa().train()
+    model = llama_gqa().train()
     batch = _batch()
     holed = batch.attention_mask_BL.clone()
     holed[0, batch.num_prompt_tokens + 1] = 0
@@ -132,6 +117,6 @@ def test_masks_it_does_not_know_take_the_padded_pass(monkeypatch):
     want, _, _ = _pass(model, batch, True, padded=True, monkeypatch=monkeypatch)
     assert torch.equal(got, want)
 
-    gpt2 = _llama_gqa()
+    gpt2 = llama_gqa()
     gpt2.config.model_type = "gpt2"
     assert packed_forward(gpt2) is None
