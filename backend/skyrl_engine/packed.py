@@ -86,17 +86,19 @@ class PackedForward:
 
         B, L = ids_BL.shape
         T = L - P
+        on = {"device": ids_BL.device}  # every index and mask where the batch is (CUDA on a GPU node)
         real_BL = mask_BL != 0
         p_B, r_B = real_BL[:, :P].sum(1), real_BL[:, P:].sum(1)
         if P == 0 or bool((p_B == 0).any()):
             return None
-        if not (bool((real_BL[:, :P] == (torch.arange(P) >= P - p_B[:, None])).all())
-                and bool((real_BL[:, P:] == (torch.arange(T) < r_B[:, None])).all())):
+        if not (bool((real_BL[:, :P] == (torch.arange(P, **on) >= P - p_B[:, None])).all())
+                and bool((real_BL[:, P:] == (torch.arange(T, **on) < r_B[:, None])).all())):
             return None  # not left-padded prompts + right-padded responses
         first_U, inverse_B = (distinct_rows(torch.cat([ids_BL[:, :P], mask_BL[:, :P]], dim=-1).tolist())
                               if share_prompt else (None, None))
         if first_U is None:
             first_U = inverse_B = torch.arange(B)
+        first_U, inverse_B = first_U.to(ids_BL.device), inverse_B.to(ids_BL.device)
         U = first_U.shape[0]
         pos_BL = position_ids_from_mask(mask_BL)
 
@@ -111,20 +113,20 @@ class PackedForward:
         # the padded pass's additive masks: causal over real keys; a response sees its prompt and its own past
         dtype = self._dtype()
         low = torch.finfo(dtype).min
-        allowed_UPP = torch.ones(P, P, dtype=torch.bool).tril() & prompt_UP[:, None, :]
+        allowed_UPP = torch.ones(P, P, dtype=torch.bool, **on).tril() & prompt_UP[:, None, :]
         allowed_BTK = torch.cat([real_BL[:, None, :P].expand(B, T, P),
-                                 torch.ones(T, T, dtype=torch.bool).tril() & real_BL[:, None, P:]], dim=-1)
+                                 torch.ones(T, T, dtype=torch.bool, **on).tril() & real_BL[:, None, P:]], dim=-1)
         layout = _Layout(U, P, B, T, prompt_flat, resp_flat, inverse_B,
-                         torch.zeros(allowed_UPP.shape, dtype=dtype).masked_fill(~allowed_UPP, low)[:, None, None],
-                         torch.zeros(allowed_BTK.shape, dtype=dtype).masked_fill(~allowed_BTK, low)[:, None, None])
+                         torch.zeros(allowed_UPP.shape, dtype=dtype, **on).masked_fill(~allowed_UPP, low)[:, None, None],
+                         torch.zeros(allowed_BTK.shape, dtype=dtype, **on).masked_fill(~allowed_BTK, low)[:, None, None])
 
         # logit positions: t = 0 is the row's prompt's last token, t >= 1 its response token t - 1
-        b_M, t_M = (torch.arange(T) < r_B[:, None]).nonzero(as_tuple=True)
+        b_M, t_M = (torch.arange(T, **on) < r_B[:, None]).nonzero(as_tuple=True)
         last_U = prompt_UP.reshape(-1).long().cumsum(0).view(U, P)[:, -1] - 1
         resp_start_B = Np + torch.cat([r_B.new_zeros(1), r_B.cumsum(0)[:-1]])
         keep_M = torch.where(t_M == 0, last_U[inverse_B[b_M]], resp_start_B[b_M] + t_M - 1)
 
-        unused = torch.zeros(1, 1, 1, 1, dtype=dtype)  # a prepared 4-D mask: transformers builds none
+        unused = torch.zeros(1, 1, 1, 1, dtype=dtype, **on)  # a prepared 4-D mask: transformers builds none
         with self._attention():
             out = self.model(input_ids=ids_N[None], position_ids=pos_N[None], attention_mask=unused, use_cache=False,
                              logits_to_keep=keep_M, skyrl_packing=layout)

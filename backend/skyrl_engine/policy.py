@@ -85,7 +85,8 @@ def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy
         logits_MV, b_M, t_M = found
         logits_MV = logits_MV.float()
     else:
-        b_M, t_M = (torch.arange(B).repeat_interleave(T), torch.arange(T).repeat(B))
+        on = batch.sequences_BL.device
+        b_M, t_M = (torch.arange(B, device=on).repeat_interleave(T), torch.arange(T, device=on).repeat(B))
         logits_MV = response_logits(model, batch, share_prompt).float().reshape(B * T, -1)
     if temperature > 0 and temperature != 1.0:
         logits_MV = logits_MV / temperature
