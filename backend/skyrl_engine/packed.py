@@ -42,15 +42,11 @@ ATTENTION = "skyrl_packed"
 def packed_forward(model: Any) -> PackedForward | None:
     """A :class:`PackedForward` over ``model`` (a causal LM, or one wrapped by PEFT, DDP or FSDP2), or None when the
     padded pass must run it."""
-    base = model
-    for _ in range(4):  # DDP's .module, PEFT's base model
-        inner = getattr(base, "module", None) or (base.get_base_model() if hasattr(base, "get_base_model") else None)
-        if inner is None or inner is base:
-            break
-        base = inner
+    base = getattr(model, "module", model)  # DDP's wrapped module (FSDP2 shards the model in place)
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base  # PEFT's
     if lean_layout(base) is None or float(getattr(base.config, "attention_dropout", 0.0) or 0.0) != 0.0:
         return None
-    return PackedForward(model, base.config)
+    return PackedForward(model, base)
 
 
 @dataclass
@@ -76,9 +72,10 @@ class PackedForward:
     below the row's response length (its attended response tokens). None when the masks are not left-padded
     prompts followed by right-padded responses."""
 
-    def __init__(self, model: Any, config: Any) -> None:
-        self.model = model
-        self.config = config
+    def __init__(self, model: Any, base: Any) -> None:
+        self.model = model  # what runs the forward: the wrappers' hooks fire
+        self.config = base.config  # the causal LM's own, whose attention implementation the call switches
+        self.dtype = base.dtype
 
     def logits(self, ids_BL: torch.Tensor, mask_BL: torch.Tensor, P: int,
                share_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
@@ -111,7 +108,7 @@ class PackedForward:
         pos_N = torch.cat([pos_BL[first_U, :P].reshape(-1)[prompt_flat], pos_BL[:, P:].reshape(-1)[resp_flat]])
 
         # the padded pass's additive masks: causal over real keys; a response sees its prompt and its own past
-        dtype = self._dtype()
+        dtype = self.dtype
         low = torch.finfo(dtype).min
         allowed_UPP = torch.ones(P, P, dtype=torch.bool, **on).tril() & prompt_UP[:, None, :]
         allowed_BTK = torch.cat([real_BL[:, None, :P].expand(B, T, P),
@@ -131,13 +128,6 @@ class PackedForward:
             out = self.model(input_ids=ids_N[None], position_ids=pos_N[None], attention_mask=unused, use_cache=False,
                              logits_to_keep=keep_M, skyrl_packing=layout)
         return out.logits[0], b_M, t_M
-
-    def _dtype(self) -> Any:
-        import torch
-
-        for p in self.model.parameters():
-            return p.dtype if p.is_floating_point() else torch.float32
-        return torch.float32
 
     @contextlib.contextmanager
     def _attention(self) -> Iterator[None]:
