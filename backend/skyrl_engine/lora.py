@@ -22,6 +22,7 @@ with are bit for bit the weights a checkpoint and its export hold.
 
 from __future__ import annotations
 
+import functools
 import html
 import os
 from dataclasses import dataclass
@@ -97,12 +98,95 @@ def wrap(model: Any, lora: LoraConfig, seed: int) -> Any:
             torch.manual_seed(seed)
             # PEFT asks transformers' deprecated is_gradient_checkpointing: a FutureWarning on every wrap
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            return get_peft_model(model, peft_config(lora))
+            peft_model = get_peft_model(model, peft_config(lora))
     except ValueError as err:
         names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if type(m).__name__ == "Linear"})
         raise ValueError(f"trainer.policy.model.lora.target_modules: {lora.target_modules!r} does not fit "
                          f"{type(model).__name__} ({' '.join(str(err).split())[:160]}); its linear layers: "
                          f"{', '.join(names)}") from None
+    fuse_forward(peft_model)
+    return peft_model
+
+
+def fuse_forward(peft_model: Any) -> int:
+    """Give each plain LoRA linear layer of ``peft_model`` a forward that computes ``x W0ᵀ + scaling · (x Aᵀ) Bᵀ``
+    in one autograd node (:func:`_lora_linear_function`) instead of PEFT's four (base matmul, ``B`` matmul, scale,
+    add), each of which writes an ``[tokens, out]`` tensor and walks it again in the backward. The adapter's term
+    is accumulated into the base product by the matmul itself (``addmm_``), and the input's two gradients
+    (through ``W0`` and through ``A``) are summed the same way.
+
+    A layer keeps PEFT's own forward on any call the fused one does not cover: adapters disabled or merged, a
+    second or variant (DoRA) adapter, dropout, extra arguments, mixed dtypes. The result equals PEFT's to float
+    rounding (the sum is formed in another order). Returns how many layers were given the fused forward."""
+    import types
+
+    import torch
+    from peft.tuners.lora import Linear as PeftLinear
+
+    count = 0
+    for module in peft_model.modules():
+        if type(module) is PeftLinear and isinstance(module.base_layer, torch.nn.Linear):
+            module.forward = types.MethodType(_fused_forward, module)
+            count += 1
+    return count
+
+
+def _fused_forward(layer: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+    """A PEFT LoRA ``Linear``'s forward through :func:`_lora_linear_function` when the call is the plain case."""
+    import torch
+
+    if (args or kwargs or layer.disable_adapters or layer.merged or list(layer.active_adapters) != [_ADAPTER]
+            or _ADAPTER in layer.lora_variant or _ADAPTER not in layer.lora_A
+            or not isinstance(layer.lora_dropout[_ADAPTER], torch.nn.Identity)):
+        return type(layer).forward(layer, x, *args, **kwargs)
+    base, a, b = layer.base_layer, layer.lora_A[_ADAPTER].weight, layer.lora_B[_ADAPTER].weight
+    if not (x.dtype == base.weight.dtype == a.dtype == b.dtype):
+        return type(layer).forward(layer, x, *args, **kwargs)
+    return _lora_linear_function().apply(x, base.weight, base.bias, a, b, float(layer.scaling[_ADAPTER]))
+
+
+@functools.cache
+def _lora_linear_function() -> Any:
+    """The ``torch.autograd.Function`` of a LoRA linear layer, ``y = x W0ᵀ (+ bias) + s · (x Aᵀ) Bᵀ``:
+
+    - forward: ``x Aᵀ`` (``[tokens, rank]``), then the base product, into which ``addmm_`` adds ``s · (x Aᵀ) Bᵀ``;
+    - backward, from ``g = dL/dy``: ``g B · s`` (``[tokens, rank]``); ``dL/dx = g W0 + (g B s) A`` (one ``addmm_``);
+      ``dL/dA = (g B s)ᵀ x``; ``dL/dB = s · gᵀ (x Aᵀ)``; ``W0``'s and the bias's only when they require grad.
+    """
+    import torch
+
+    class LoraLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, w_OI: Any, bias: Any, a_RI: Any, b_OR: Any, scaling: float) -> Any:
+            x_NI = x.reshape(-1, x.shape[-1])
+            xa_NR = x_NI @ a_RI.t()
+            y_NO = torch.addmm(bias, x_NI, w_OI.t()) if bias is not None else x_NI @ w_OI.t()
+            y_NO.addmm_(xa_NR, b_OR.t(), alpha=scaling)
+            ctx.save_for_backward(x_NI, xa_NR, w_OI, a_RI, b_OR)
+            ctx.scaling, ctx.has_bias = scaling, bias is not None
+            return y_NO.view(*x.shape[:-1], w_OI.shape[0])
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            x_NI, xa_NR, w_OI, a_RI, b_OR = ctx.saved_tensors
+            s = ctx.scaling
+            g_NO = g.reshape(-1, g.shape[-1])
+            need_x, need_w, need_bias, need_a, need_b, _ = ctx.needs_input_grad
+            gxa_NR = (g_NO @ b_OR).mul_(s) if (need_x or need_a) else None
+            dx = dw = dbias = da = db = None
+            if need_x:
+                dx = (g_NO @ w_OI).addmm_(gxa_NR, a_RI).view(*g.shape[:-1], w_OI.shape[1])
+            if need_w:
+                dw = g_NO.t() @ x_NI
+            if need_bias and ctx.has_bias:
+                dbias = g_NO.sum(0)
+            if need_a:
+                da = gxa_NR.t() @ x_NI
+            if need_b:
+                db = (g_NO.t() @ xa_NR).mul_(s)
+            return dx, dw, dbias, da, db, None
+
+    return LoraLinear
 
 
 def _lora_layers(peft_model: Any) -> dict[str, Any]:

@@ -179,3 +179,46 @@ def test_the_dashboard_says_how_much_of_the_policy_trains(lora_run):
 
     assert f"trainable (LoRA rank {RANK})" in progress_html(dash.state, dash.step, dash.total_steps, None, None,
                                                            model=counts)
+
+
+@pytest.mark.parametrize("arch", ["llama-gqa", "tiny-qwen2"])  # tiny Qwen2: q/k/v carry a bias
+def test_the_fused_lora_forward_is_peft_s_and_steps_aside_where_it_does_not_apply(arch, tiny_model_dir):
+    import copy
+    import sys
+
+    from skyrl_engine.models import load_model
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from small_models import llama_gqa, with_adapter
+
+    torch.set_num_threads(1)
+    model = with_adapter(llama_gqa() if arch == "llama-gqa" else load_model(tiny_model_dir)).train()
+    fused = [m for m in model.modules() if "forward" in vars(m)]
+    assert len(fused) == sum(1 for n, _ in model.named_modules() if n.endswith(".lora_A"))  # every adapted layer
+    assert any(m.base_layer.bias is not None for m in fused) == (arch == "tiny-qwen2")
+    reference = copy.deepcopy(model)
+    for m in reference.modules():
+        vars(m).pop("forward", None)  # PEFT's own forward
+    ids = torch.randint(0, 90, (3, 11), generator=torch.Generator().manual_seed(0))
+
+    def run(m):
+        m.zero_grad()
+        logits = m(input_ids=ids).logits
+        (logits.sin() * torch.linspace(-1, 1, logits.shape[-1])).sum().backward()
+        return logits.detach(), {n: p.grad for n, p in m.named_parameters() if p.requires_grad}
+
+    got, got_grads = run(model)
+    want, want_grads = run(reference)
+    assert next(iter(fused)).forward.__func__ is lora._fused_forward
+    assert (got - want).abs().max().item() < 1e-5
+    assert set(got_grads) == set(want_grads) and len(got_grads) == 2 * len(fused)  # A and B of every layer
+    for name, g in want_grads.items():
+        assert (got_grads[name] - g).abs().max().item() <= 1e-5 * max(1.0, g.abs().max().item()), name
+    x = torch.randn(2, 5, fused[0].in_features, requires_grad=True)
+    assert type(fused[0](x).grad_fn).__name__ == "LoraLinearBackward"  # the fused node, not PEFT's four
+    with model.disable_adapter():  # disabled adapters: PEFT's path, the base model's output
+        off = model(input_ids=ids).logits
+        assert type(fused[0](x).grad_fn).__name__ != "LoraLinearBackward"
+    with reference.disable_adapter():
+        assert torch.equal(off, reference(input_ids=ids).logits)
+    assert not torch.allclose(off, got, atol=1e-4)  # the adapter does change the output
