@@ -276,6 +276,7 @@ def _submit(cluster: Cluster, cfg: JobConfig, section: EvaluationSection, inputs
     from skyrl_core.runs import RunWriter
     from skyrl_core.submission import pack_config
     from skyrl_core.user_inputs import copy_inputs, remove_inputs
+    from skyrl_nb.cluster.base import STOP_GRACE_S
     from skyrl_nb.cluster.launching import plugin_py_modules
 
     eval_id, eval_dir = str(cfg.run.run_id), str(cfg.run_dir)
@@ -291,7 +292,8 @@ def _submit(cluster: Cluster, cfg: JobConfig, section: EvaluationSection, inputs
     writer.set_status(RunState.PENDING, step=0, total_steps=len(section.models))
     with tempfile.TemporaryDirectory(prefix="skyrl-nb-plugins-") as staging:
         env = dict(runtime_env or {})
-        env["env_vars"] = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": eval_dir, **(env.get("env_vars") or {}),
+        env["env_vars"] = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": eval_dir,
+                           "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S), **(env.get("env_vars") or {}),
                            **config_vars}
         engine_code.apply(env)
         plugins = plugin_py_modules(cfg.plugins, staging)

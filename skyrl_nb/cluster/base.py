@@ -54,6 +54,12 @@ __all__ = ["META_ATTEMPT", "META_RUN_DIR", "META_RUN_ID", "Cluster", "JobPlan", 
            "display_dashboard_url", "find_token", "new_run_id", "normalize_address", "plugin_py_modules", "prepare_config",
            "read_token_file", "studio_proxy_url"]
 
+STOP_GRACE_S = 15
+"""Seconds a stopped job has between Ray's SIGTERM and its SIGKILL (``RAY_JOB_STOP_WAIT_TIME_S`` in the job's
+runtime env, which Ray's job supervisor reads; Ray's own default is 3). The engine records a stop (status
+``stopped``) as soon as its SIGTERM handler runs; a driver starved of CPU on a busy machine took longer than 3 s to
+get there and was killed first, leaving its status ``running``. A job's own ``env_vars`` may set another value."""
+
 # ----------------------------------------------------------------------------- the cluster
 
 
@@ -160,7 +166,7 @@ class Cluster:
         except ValueError as err:
             raise ConfigError([str(err)]) from None
         env = dict(runtime_env or {})
-        env_vars = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": run_dir}
+        env_vars = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": run_dir, "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S)}
         env_vars.update(env.get("env_vars") or {})
         env_vars.update(config_vars)
         env["env_vars"] = env_vars

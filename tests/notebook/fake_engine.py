@@ -2,7 +2,8 @@
 
 Used by the cluster/jobs tests so they exercise the real Jobs API without training a model.
 `FAKE_ENGINE_STEP_S` sets the seconds per step; `FAKE_ENGINE_FAIL=1` raises at step 2;
-`FAKE_ENGINE_CKPT_INTERVAL` (default 1) is how often it writes a checkpoint (0: never).
+`FAKE_ENGINE_CKPT_INTERVAL` (default 1) is how often it writes a checkpoint (0: never);
+`FAKE_ENGINE_STOP_DELAY_S` how long a SIGTERM takes to be recorded (a driver busy or starved of CPU when it comes).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main(argv: list[str]) -> int:
         writer.log_event("resumed", step=start, from_step=start, attempt=int(attempt) if attempt else None)
 
     def on_term(signum, frame):
+        time.sleep(float(os.environ.get("FAKE_ENGINE_STOP_DELAY_S", "0")))
         writer.set_status("stopped")
         sys.exit(0)
 

@@ -106,12 +106,15 @@ def test_dashboard_gains_points_while_job_runs(ray_cluster: Any, tmp_path: Path)
 @pytest.mark.slow
 def test_stop_then_resume_same_run_dir(ray_cluster: Any, tmp_path: Path) -> None:
     job = ray_cluster.launch("quickstart", overrides=["trainer.max_training_steps=40", f"run.run_root={tmp_path}"],
-                             run_id="jobs-resume", runtime_env={"env_vars": {"FAKE_ENGINE_STEP_S": "0.5"}})
+                             run_id="jobs-resume", runtime_env={"env_vars": {"FAKE_ENGINE_STEP_S": "0.5",
+                                                                              "FAKE_ENGINE_STOP_DELAY_S": "5"}})
     deadline = time.time() + 120
     while time.time() < deadline and len(job.run.metrics()) < 3:
         time.sleep(0.5)
     assert job.stop() is True
     assert job.wait(timeout=60) == "stopped"
+    # a driver that takes 5 s to get to its stop (Ray's default grace before SIGKILL is 3 s) still records it
+    assert job._run_status()["state"] == "stopped", job._run_status()
     done = len(job.run.metrics())
     assert 3 <= done < 40
     with pytest.raises(ValueError, match="already exists"):
