@@ -275,9 +275,8 @@ def _submit(cluster: Cluster, cfg: JobConfig, section: EvaluationSection, inputs
 
     from skyrl_core.runs import RunWriter
     from skyrl_core.submission import pack_config
-    from skyrl_core.user_inputs import copy_inputs, remove_inputs
-    from skyrl_nb.cluster.base import STOP_GRACE_S
-    from skyrl_nb.cluster.launching import plugin_py_modules
+    from skyrl_core.user_inputs import copy_inputs
+    from skyrl_nb.cluster.launching import job_env
 
     eval_id, eval_dir = str(cfg.run.run_id), str(cfg.run_dir)
     whole = eval_config_dict(cfg, section)
@@ -291,14 +290,7 @@ def _submit(cluster: Cluster, cfg: JobConfig, section: EvaluationSection, inputs
     writer.write_config(whole)
     writer.set_status(RunState.PENDING, step=0, total_steps=len(section.models))
     with tempfile.TemporaryDirectory(prefix="skyrl-nb-plugins-") as staging:
-        env = dict(runtime_env or {})
-        env["env_vars"] = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": eval_dir,
-                           "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S), **(env.get("env_vars") or {}),
-                           **config_vars}
-        engine_code.apply(env)
-        plugins = plugin_py_modules(cfg.plugins, staging)
-        if plugins:
-            env["py_modules"] = list(dict.fromkeys([*(env.get("py_modules") or []), *plugins]))
+        env = job_env(eval_dir, runtime_env, config_vars, engine_code, cfg.plugins, staging)
         try:
             if copy_from:  # the run's own shipped data and reward functions (its config names them inputs://)
                 copy_inputs(copy_from, eval_dir)
@@ -307,9 +299,7 @@ def _submit(cluster: Cluster, cfg: JobConfig, section: EvaluationSection, inputs
             cluster._submit_with_retry(entrypoint=entrypoint, submission_id=eval_id, runtime_env=env,
                                        metadata={META_EVAL_ID: eval_id, META_EVAL_DIR: eval_dir})
         except BaseException:
-            remove_inputs(eval_dir)
-            for name in ("config.yaml", "status.json"):
-                writer.store.delete(name)
+            cluster._forget_pending(writer, eval_dir)
             raise
     return EvalJob(cluster, eval_id=eval_id, eval_dir=eval_dir, model_names=section.names())
 

@@ -30,6 +30,7 @@ from skyrl_nb.cluster.launching import (
     META_ATTEMPT,
     META_RUN_DIR,
     META_RUN_ID,
+    job_env,
     new_run_id,
     plugin_py_modules,
     prepare_config,
@@ -51,14 +52,8 @@ if TYPE_CHECKING:
 
 # what this module offered before its launch inputs, addresses and planning got modules of their own
 __all__ = ["META_ATTEMPT", "META_RUN_DIR", "META_RUN_ID", "Cluster", "JobPlan", "cluster_problems", "connect",
-           "display_dashboard_url", "find_token", "new_run_id", "normalize_address", "plugin_py_modules", "prepare_config",
+           "display_dashboard_url", "find_token", "job_env", "new_run_id", "normalize_address", "plugin_py_modules", "prepare_config",
            "read_token_file", "studio_proxy_url"]
-
-STOP_GRACE_S = 15
-"""Seconds a stopped job has between Ray's SIGTERM and its SIGKILL (``RAY_JOB_STOP_WAIT_TIME_S`` in the job's
-runtime env, which Ray's job supervisor reads; Ray's own default is 3). The engine records a stop (status
-``stopped``) as soon as its SIGTERM handler runs; a driver starved of CPU on a busy machine took longer than 3 s to
-get there and was killed first, leaving its status ``running``. A job's own ``env_vars`` may set another value."""
 
 # ----------------------------------------------------------------------------- the cluster
 
@@ -165,16 +160,7 @@ class Cluster:
             config_vars, config_arg = pack_config(cfg.to_yaml())
         except ValueError as err:
             raise ConfigError([str(err)]) from None
-        env = dict(runtime_env or {})
-        env_vars = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": run_dir, "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S)}
-        env_vars.update(env.get("env_vars") or {})
-        env_vars.update(config_vars)
-        env["env_vars"] = env_vars
-        code.apply(env)
-        plugins = plugin_py_modules(cfg.plugins, staging)
-        if plugins:
-            env["py_modules"] = list(dict.fromkeys([*(env.get("py_modules") or []), *plugins]))
-        return env, config_arg
+        return job_env(run_dir, runtime_env, config_vars, code, cfg.plugins, staging), config_arg
 
     def engine_code(self, code: str | None = None, image: str | None = None) -> EngineCode:
         """How the engine's code reaches a job launched with ``code`` / ``image`` (default: `self.code`)."""
@@ -366,13 +352,8 @@ class Cluster:
                                         metadata={META_RUN_ID: run_id, META_RUN_DIR: run_dir,
                                                   META_ATTEMPT: str(attempt)})
             except BaseException:
-                # Leave no half-made run behind: the same run id must be launchable again.
                 if writer is not None:
-                    from skyrl_core.user_inputs import remove_inputs
-
-                    remove_inputs(run_dir)
-                    for name in ("config.yaml", "status.json"):
-                        writer.store.delete(name)
+                    self._forget_pending(writer, run_dir)
                 raise
         return Job(self, submission_id=submission_id, run_id=run_id, run_dir=run_dir, attempt=attempt,
                    runtime_env=runtime_env, code=code)
@@ -393,6 +374,16 @@ class Cluster:
                 if "No available agent" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
+
+    @staticmethod
+    def _forget_pending(writer: Any, run_dir: str) -> None:
+        """Undo `_mark_pending` and the staged inputs of a submission that failed: no half-made run is left
+        behind, and the same run id can be launched again."""
+        from skyrl_core.user_inputs import remove_inputs
+
+        remove_inputs(run_dir)
+        for name in ("config.yaml", "status.json"):
+            writer.store.delete(name)
 
     @staticmethod
     def _mark_pending(cfg: JobConfig, run_dir: str) -> Any:

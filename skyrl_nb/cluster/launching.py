@@ -1,6 +1,6 @@
 """A launch's inputs, made ready before any cluster is asked: the run id rule, the full validation of a config
-and its overrides (``prepare_config``), the plug-in modules shipped with the job, and the Jobs API metadata
-that ties a submission to its run."""
+and its overrides (``prepare_config``), the plug-in modules shipped with the job, the runtime env a job is submitted
+with (``job_env``), and the Jobs API metadata that ties a submission to its run."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from skyrl_core.config import JobConfig
+    from skyrl_nb.cluster.shipping import EngineCode
 
 
 # Metadata keys put on every submission so `Cluster.jobs()` can find the run behind a job.
@@ -115,3 +116,26 @@ def plugin_py_modules(plugins: Iterable[str], staging: str | os.PathLike[str]) -
         shutil.copyfile(file, package / "__init__.py")
         paths.append(str(package))
     return list(dict.fromkeys(paths))
+
+
+STOP_GRACE_S = 15
+"""Seconds a stopped job has between Ray's SIGTERM and its SIGKILL (``RAY_JOB_STOP_WAIT_TIME_S`` in the job's
+runtime env, which Ray's job supervisor reads; Ray's own default is 3). The engine records a stop (status
+``stopped``) as soon as its SIGTERM handler runs; a driver starved of CPU on a busy machine took longer than 3 s to
+get there and was killed first, leaving its status ``running``. A job's own ``env_vars`` may set another value."""
+
+
+def job_env(run_dir: str, runtime_env: dict[str, Any] | None, config_vars: dict[str, str], code: EngineCode,
+            plugins: Any, staging: str) -> dict[str, Any]:
+    """The runtime env a job is submitted with: the caller's ``runtime_env`` plus our env vars (unbuffered output,
+    the run's folder, `STOP_GRACE_S`; the caller's own win) and the packed config's (``config_vars``), the engine's
+    code (``code``) and the config's plug-in modules (``plugins``, staged in ``staging``, a folder that lives until
+    the job is submitted: `plugin_py_modules`). Training and evaluation jobs alike."""
+    env = dict(runtime_env or {})
+    env["env_vars"] = {"PYTHONUNBUFFERED": "1", "SKYRL_NB_RUN_DIR": run_dir, "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),
+                       **(env.get("env_vars") or {}), **config_vars}
+    code.apply(env)
+    modules = plugin_py_modules(plugins, staging)
+    if modules:
+        env["py_modules"] = list(dict.fromkeys([*(env.get("py_modules") or []), *modules]))
+    return env
