@@ -116,8 +116,9 @@ def fuse_forward(peft_model: Any) -> int:
     (through ``W0`` and through ``A``) are summed the same way.
 
     A layer keeps PEFT's own forward on any call the fused one does not cover: adapters disabled or merged, a
-    second or variant (DoRA) adapter, dropout, extra arguments, mixed dtypes. The result equals PEFT's to float
-    rounding (the sum is formed in another order). Returns how many layers were given the fused forward."""
+    second or variant (DoRA) adapter, dropout, extra arguments, mixed dtypes (PEFT keeps adapters in float32
+    over a bf16 model), autocast. The result equals PEFT's to float rounding (the sum is formed in another order).
+    Returns how many layers were given the fused forward."""
     import types
 
     import torch
@@ -140,7 +141,7 @@ def _fused_forward(layer: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
             or not isinstance(layer.lora_dropout[_ADAPTER], torch.nn.Identity)):
         return type(layer).forward(layer, x, *args, **kwargs)
     base, a, b = layer.base_layer, layer.lora_A[_ADAPTER].weight, layer.lora_B[_ADAPTER].weight
-    if not (x.dtype == base.weight.dtype == a.dtype == b.dtype):
+    if not (x.dtype == base.weight.dtype == a.dtype == b.dtype) or torch.is_autocast_enabled(x.device.type):
         return type(layer).forward(layer, x, *args, **kwargs)
     return _lora_linear_function().apply(x, base.weight, base.bias, a, b, float(layer.scaling[_ADAPTER]))
 
