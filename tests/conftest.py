@@ -32,18 +32,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def oracle_python() -> str:
-    """The SkyRL oracle env's python (the parity tests' and the SkyRL engine's), building the env on first use
-    and waiting for a build already running (SKYRL_ORACLE_PYTHON overrides)."""
-    from algorithms.parity_cases import build_oracle
-
-    try:
-        return build_oracle()
-    except RuntimeError as e:
-        pytest.fail(str(e))
-
-
-@pytest.fixture(scope="session")
 def private_model_cache(tmp_path_factory):
     """Built models go to a per-session cache, never the user's ~/.cache/skyrl-nb."""
     path = tmp_path_factory.mktemp("model-cache")
