@@ -46,6 +46,21 @@ def join(base: str | os.PathLike[str], *names: str) -> str | Path:
     return Path(os.path.expanduser(os.fspath(base)).removeprefix("file://")).joinpath(*names)
 
 
+_S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+S3_BUCKET_RULE = "bucket: 3-63 lowercase letters, digits, '.' and '-'"
+
+
+def s3_bucket_prefix(url: Any) -> tuple[str, str] | None:
+    """``(bucket, prefix)`` of ``s3://bucket/prefix`` (the prefix without its outer slashes; "" when none), or None
+    when ``url`` is not an ``s3://`` URL with a valid bucket name (`S3_BUCKET_RULE`)."""
+    if not isinstance(url, str) or not url.startswith("s3://"):
+        return None
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    if not _S3_BUCKET.fullmatch(bucket) or ".." in bucket:
+        return None
+    return bucket, prefix.strip("/")
+
+
 def location_key(location: str | os.PathLike[str]) -> str:
     """One spelling per run directory, to match them up: a URL without a trailing ``/``, an absolute path."""
     if is_url(location):

@@ -36,7 +36,6 @@ from skyrl_core.exports import ExportResult, size_text
 #: SageMaker's ``EntityName`` (botocore's service model: CreateModelPackageGroup.ModelPackageGroupName).
 GROUP_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 APPROVAL_STATUSES = ("PendingManualApproval", "Approved", "Rejected")
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d{1,2}")
 #: Where registrations go in the SageMaker SDK's default bucket when ``s3=`` is not given.
 DEFAULT_PREFIX = "skyrl-models"
@@ -277,12 +276,12 @@ def check_group(group: Any) -> str:
 
 
 def _parse_s3(url: Any, what: str) -> tuple[str, str]:
-    text = url if isinstance(url, str) else ""
-    bucket, _, prefix = text[len("s3://"):].partition("/") if text.startswith("s3://") else ("", "", "")
-    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
-        raise RegistrationError(f"{what}: {url!r} does not name an S3 bucket; give s3://bucket/prefix (bucket: 3-63 "
-                                "lowercase letters, digits, '.' and '-')")
-    return bucket, prefix.strip("/")
+    from skyrl_core.store import S3_BUCKET_RULE, s3_bucket_prefix
+
+    found = s3_bucket_prefix(url)
+    if found is None:
+        raise RegistrationError(f"{what}: {url!r} does not name an S3 bucket; give s3://bucket/prefix ({S3_BUCKET_RULE})")
+    return found
 
 
 # -- the eval's numbers -------------------------------------------------------------------------------------

@@ -49,7 +49,6 @@ ADAPTER_FILES = (lora.ADAPTER_WEIGHTS, lora.ADAPTER_CONFIG)
 GENERATION_CONFIG = "generation_config.json"
 METADATA_FILE = "skyrl_export.json"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SOURCE_KINDS = ("a run directory, a checkpoint root (latest_ckpt_global_step.txt, global_step_N/), "
                  "a global_step_N directory or its policy/ directory (config.json + model.safetensors)")
 # A text with spaces, digits and punctuation: a tokenizer that loads differently encodes it differently.
@@ -443,11 +442,12 @@ def _export_local(ckpt: _Checkpoint, dest: str) -> ExportResult:
 
 def parse_s3_url(url: str) -> tuple[str, str]:
     """``(bucket, prefix)`` of ``s3://bucket/prefix``; ExportError for anything else."""
-    bucket, _, prefix = url[len("s3://"):].partition("/") if url.startswith("s3://") else ("", "", "")
-    if not _BUCKET.match(bucket) or ".." in bucket:
-        raise ExportError(f"dest: {url!r} does not name an S3 bucket; give s3://bucket/prefix (bucket: 3-63 "
-                          "lowercase letters, digits, '.' and '-')")
-    prefix = prefix.strip("/")
+    from skyrl_core.store import S3_BUCKET_RULE, s3_bucket_prefix
+
+    found = s3_bucket_prefix(url)
+    if found is None:
+        raise ExportError(f"dest: {url!r} does not name an S3 bucket; give s3://bucket/prefix ({S3_BUCKET_RULE})")
+    bucket, prefix = found
     if not prefix:
         raise ExportError(f"dest: {url!r} has no prefix; give s3://{bucket}/<prefix> for the model's files")
     return bucket, prefix
