@@ -108,7 +108,7 @@ def wrap(model: Any, lora: LoraConfig, seed: int) -> Any:
     return peft_model
 
 
-def fuse_forward(peft_model: Any) -> int:
+def fuse_forward(peft_model: Any) -> None:
     """Give each plain LoRA linear layer of ``peft_model`` a forward that computes ``x W0ᵀ + scaling · (x Aᵀ) Bᵀ``
     in one autograd node (:func:`_lora_linear_function`) instead of PEFT's four (base matmul, ``B`` matmul, scale,
     add), each of which writes an ``[tokens, out]`` tensor and walks it again in the backward. The adapter's term
@@ -117,19 +117,15 @@ def fuse_forward(peft_model: Any) -> int:
 
     A layer keeps PEFT's own forward on any call the fused one does not cover: adapters disabled or merged, a
     second or variant (DoRA) adapter, dropout, extra arguments, mixed dtypes (PEFT keeps adapters in float32
-    over a bf16 model), autocast. The result equals PEFT's to float rounding (the sum is formed in another order).
-    Returns how many layers were given the fused forward."""
+    over a bf16 model), autocast, a base weight or bias that trains. The result equals PEFT's to float rounding (the sum is formed in another order)."""
     import types
 
     import torch
     from peft.tuners.lora import Linear as PeftLinear
 
-    count = 0
     for module in peft_model.modules():
         if type(module) is PeftLinear and isinstance(module.base_layer, torch.nn.Linear):
             module.forward = types.MethodType(_fused_forward, module)
-            count += 1
-    return count
 
 
 def _fused_forward(layer: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
@@ -141,7 +137,8 @@ def _fused_forward(layer: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
             or not isinstance(layer.lora_dropout[_ADAPTER], torch.nn.Identity)):
         return type(layer).forward(layer, x, *args, **kwargs)
     base, a, b = layer.base_layer, layer.lora_A[_ADAPTER].weight, layer.lora_B[_ADAPTER].weight
-    if not (x.dtype == base.weight.dtype == a.dtype == b.dtype) or torch.is_autocast_enabled(x.device.type):
+    if (not (x.dtype == base.weight.dtype == a.dtype == b.dtype) or torch.is_autocast_enabled(x.device.type)
+            or base.weight.requires_grad or (base.bias is not None and base.bias.requires_grad)):
         return type(layer).forward(layer, x, *args, **kwargs)
     return _lora_linear_function().apply(x, base.weight, base.bias, a, b, float(layer.scaling[_ADAPTER]))
 
@@ -152,7 +149,8 @@ def _lora_linear_function() -> Any:
 
     - forward: ``x Aᵀ`` (``[tokens, rank]``), then the base product, into which ``addmm_`` adds ``s · (x Aᵀ) Bᵀ``;
     - backward, from ``g = dL/dy``: ``g B · s`` (``[tokens, rank]``); ``dL/dx = g W0 + (g B s) A`` (one ``addmm_``);
-      ``dL/dA = (g B s)ᵀ x``; ``dL/dB = s · gᵀ (x Aᵀ)``; ``W0``'s and the bias's only when they require grad.
+      ``dL/dA = (g B s)ᵀ x``; ``dL/dB = s · gᵀ (x Aᵀ)``. ``W0`` and the bias are frozen (:func:`_fused_forward`
+      sends any other case to PEFT's forward), so they get none.
     """
     import torch
 
@@ -164,7 +162,7 @@ def _lora_linear_function() -> Any:
             y_NO = torch.addmm(bias, x_NI, w_OI.t()) if bias is not None else x_NI @ w_OI.t()
             y_NO.addmm_(xa_NR, b_OR.t(), alpha=scaling)
             ctx.save_for_backward(x_NI, xa_NR, w_OI, a_RI, b_OR)
-            ctx.scaling, ctx.has_bias = scaling, bias is not None
+            ctx.scaling = scaling
             return y_NO.view(*x.shape[:-1], w_OI.shape[0])
 
         @staticmethod
@@ -172,20 +170,16 @@ def _lora_linear_function() -> Any:
             x_NI, xa_NR, w_OI, a_RI, b_OR = ctx.saved_tensors
             s = ctx.scaling
             g_NO = g.reshape(-1, g.shape[-1])
-            need_x, need_w, need_bias, need_a, need_b, _ = ctx.needs_input_grad
+            need_x, _, _, need_a, need_b, _ = ctx.needs_input_grad
             gxa_NR = (g_NO @ b_OR).mul_(s) if (need_x or need_a) else None
-            dx = dw = dbias = da = db = None
+            dx = da = db = None
             if need_x:
                 dx = (g_NO @ w_OI).addmm_(gxa_NR, a_RI).view(*g.shape[:-1], w_OI.shape[1])
-            if need_w:
-                dw = g_NO.t() @ x_NI
-            if need_bias and ctx.has_bias:
-                dbias = g_NO.sum(0)
             if need_a:
                 da = gxa_NR.t() @ x_NI
             if need_b:
                 db = (g_NO.t() @ xa_NR).mul_(s)
-            return dx, dw, dbias, da, db, None
+            return dx, None, None, da, db, None
 
     return LoraLinear
 

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 # what this module offered before its launch inputs, addresses and planning got modules of their own
 __all__ = ["META_ATTEMPT", "META_RUN_DIR", "META_RUN_ID", "Cluster", "JobPlan", "cluster_problems", "connect",
-           "display_dashboard_url", "find_token", "job_env", "new_run_id", "normalize_address", "plugin_py_modules", "prepare_config",
+           "display_dashboard_url", "find_token", "new_run_id", "normalize_address", "plugin_py_modules", "prepare_config",
            "read_token_file", "studio_proxy_url"]
 
 # ----------------------------------------------------------------------------- the cluster

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from small_models import llama_gqa, with_adapter
 
 from skyrl_core.config import load_config
 from skyrl_core.runs import RunReader
@@ -184,12 +185,8 @@ def test_the_dashboard_says_how_much_of_the_policy_trains(lora_run):
 @pytest.mark.parametrize("arch", ["llama-gqa", "tiny-qwen2"])  # tiny Qwen2: q/k/v carry a bias
 def test_the_fused_lora_forward_is_peft_s_and_steps_aside_where_it_does_not_apply(arch, tiny_model_dir):
     import copy
-    import sys
 
     from skyrl_engine.models import load_model
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from small_models import llama_gqa, with_adapter
 
     torch.set_num_threads(1)
     model = with_adapter(llama_gqa() if arch == "llama-gqa" else load_model(tiny_model_dir)).train()
@@ -224,3 +221,5 @@ def test_the_fused_lora_forward_is_peft_s_and_steps_aside_where_it_does_not_appl
     assert not torch.allclose(off, got, atol=1e-4)  # the adapter does change the output
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast: PEFT's path, whose ops autocast knows
         assert type(fused[0](x).grad_fn).__name__ != "LoraLinearBackward"
+    fused[0].base_layer.weight.requires_grad_(True)  # a base weight that trains: PEFT's path, which gives it its grad
+    assert type(fused[0](x).grad_fn).__name__ != "LoraLinearBackward"
