@@ -61,6 +61,32 @@ def set_torch_threads(num_threads: int) -> int:
     return num_threads
 
 
+#: glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` (``mallopt``) for a process that trains: see :func:`keep_freed_memory`
+MALLOC_SETTINGS = ((-3, 32 << 20), (-1, 1 << 30))
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc keep the memory a step frees for the next step; returns whether it applied (glibc only).
+
+    A step allocates and frees the same activation and gradient buffers every time. By default glibc serves a
+    block over 128 KiB (a threshold it moves as blocks are freed) with a fresh ``mmap`` and gives the heap's free
+    top back to the kernel, so each step faults its buffers in again, page by page. Blocks up to 32 MiB (glibc's
+    ceiling for this setting) now come from the heap, which keeps up to 1 GiB of free top: the tiny model's
+    training step went from 26.2 to 23.9 ms (medians of 3 alternating runs of 400 steps). What a process holds
+    stays at the high-water mark of its steps, which it reaches anyway.
+    """
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return all(libc.mallopt(option, value) == 1 for option, value in MALLOC_SETTINGS)
+
+
 def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy: bool = False,
                       share_prompt: bool = True, entropy_grad: bool = False):
     """``(logprobs_BT, entropy_BT)``: the response tokens' log-probs under ``softmax(logits / temperature)`` and, with
@@ -128,13 +154,14 @@ def response_logits(model, batch: TrainBatch, share_prompt: bool = True):
 
 def prepare_worker(num_threads: int, plugins: list[str] | tuple[str, ...] = ()) -> int:
     """What every worker does first: import the job's ``plugins:`` (their registrations live per process),
-    fix torch's threads, turn deterministic algorithms on. Returns the thread count."""
+    fix torch's threads, keep freed memory for the next step, turn deterministic algorithms on. Returns the thread count."""
     import torch
 
     from skyrl_core.registry import load_plugins
 
     load_plugins(plugins)
     threads = set_torch_threads(num_threads)
+    keep_freed_memory()
     torch.use_deterministic_algorithms(True, warn_only=True)
     register_tensor_transport()  # an actor's results (rollouts, weights) leave it through Ray
     return threads
