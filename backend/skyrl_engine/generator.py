@@ -76,16 +76,12 @@ class SingleTurnLoop:
                 reward, metrics = score_response(row, response, env_config=self.env_settings(row.env_class))
                 rewards.append(reward)
                 env_metrics.append(metrics)
-        prompt_texts = {}
-        for row in rows:
-            key = json.dumps(row.prompt)
-            if key not in prompt_texts:
-                prompt_texts[key] = self.tokenizer.decode(self.encode(row), skip_special_tokens=False)
+        prompt_texts = [self.tokenizer.decode(ids, skip_special_tokens=False) for ids in prompt_ids]
         return GeneratorOutput(
             samples=samples,
             rewards_B=rewards,
             responses=responses,
-            prompts=[prompt_texts[json.dumps(row.prompt)] for row in expanded],
+            prompts=[prompt_texts[b // n] for b in range(len(expanded))],
             group_ids_B=[b // n for b in range(len(expanded))],
             env_classes=[row.env_class for row in expanded],
             data_sources=[row.data_source for row in expanded],

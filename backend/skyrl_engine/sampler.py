@@ -218,13 +218,10 @@ def sample(
                 logits_AV = out.logits[:, -1, :]
             alive_A = alive_next_A
     response_ids_BT, logprobs_BT = response_ids_BT[:, :steps], logprobs_BT[:, :steps]
-    # a token is part of the response until (and including) the EOS
-    lengths_B = torch.tensor(
-        [
-            int((response_ids_BT[b] == eos_id).nonzero()[0, 0]) + 1 if finish[b] == "stop" else response_ids_BT.shape[1]
-            for b in range(B)
-        ]
-    )
+    # a token is part of the response until (and including) the first EOS
+    stopped_B = torch.tensor([f == "stop" for f in finish], dtype=torch.bool)
+    first_eos_B = (response_ids_BT == eos_id).int().argmax(-1)
+    lengths_B = torch.where(stopped_B, first_eos_B + 1, response_ids_BT.shape[1])
     response_mask_BT = (torch.arange(response_ids_BT.shape[1])[None, :] < lengths_B[:, None]).long()
     return SampleBatch(
         prompt_ids_BP=prompt_ids_BP,
@@ -269,10 +266,11 @@ class TorchSampler:
                        eos_id=int(stop_token_ids[0]), pad_id=self.pad_id,
                        generator=torch.Generator().manual_seed(seed), share_prefill=self.share_prefill)
         lengths = batch.response_lengths_B.tolist()
+        ids, logprobs = batch.response_ids_BT.tolist(), batch.logprobs_BT.tolist()  # whole, then cut per row
         return Completions(
             prompt_index=[b // n for b in range(len(lengths))],
-            response_ids=[batch.response_ids_BT[b, :length].tolist() for b, length in enumerate(lengths)],
-            logprobs=[batch.logprobs_BT[b, :length].tolist() for b, length in enumerate(lengths)],
+            response_ids=[row[:length] for row, length in zip(ids, lengths, strict=True)],
+            logprobs=[row[:length] for row, length in zip(logprobs, lengths, strict=True)],
             finish_reasons=batch.finish_reasons,
             policy_version=self.version,
             generate_s=time.perf_counter() - t0,
