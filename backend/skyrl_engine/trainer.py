@@ -18,7 +18,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from skyrl_core.choices import Phase, Stage
@@ -121,16 +121,19 @@ def trajectory_rows(step: int, out: GeneratorOutput, advantages_BT, store_token_
     s = out.samples
     lengths = s.response_mask_BT.sum(-1).tolist()
     n = out.group_size
+    # whole tensors to lists once, then sliced per row: a tensor op per row and column cost more than the rest
+    advantages = advantages_BT.float().tolist() if store_token_data else advantages_BT[:, :1].float().tolist()
+    if store_token_data:
+        ids, logprobs = s.response_ids_BT.tolist(), s.logprobs_BT.float().tolist()
     rows = []
     for b, length in enumerate(lengths):
         tokens = {} if not store_token_data else {
-            "token_ids": s.response_ids_BT[b, :length].tolist(),
-            "token_logprobs": [float(x) for x in s.logprobs_BT[b, :length].tolist()],
-            "token_advantages": [float(x) for x in advantages_BT[b, :length].tolist()]}
+            "token_ids": ids[b][:length], "token_logprobs": logprobs[b][:length],
+            "token_advantages": advantages[b][:length]}
         rows.append(trajectory_row(
             step=step, uid=f"{step}-{out.group_ids_B[b]}-{b % n}", group=out.group_ids_B[b], prompt=out.prompts[b],
             response=out.responses[b], reward=out.rewards_B[b],
-            advantage=float(advantages_BT[b, 0]) if length > 0 else 0.0, num_tokens=length,
+            advantage=advantages[b][0] if length > 0 else 0.0, num_tokens=length,
             finish_reason=s.finish_reasons[b], env_class=out.env_classes[b], data_source=out.data_sources[b],
             **tokens, **(out.sample_columns[b] if out.sample_columns is not None else {})))
     if out.discarded is not None:  # dropped samples are stored too, with their discarded_reason
@@ -272,8 +275,13 @@ class RLTrainer:
             for step, metrics in steps:
                 self.global_step, last = step, metrics
                 self.life.running(step=step)
+            self.writer.flush()  # the last step's trajectories are stored before the run is called succeeded
             self.life.succeeded()
             return last
+        except BaseException:
+            with suppress(Exception):  # the steps that ran keep their trajectories; the error to report
+                self.writer.flush()               # is the run's own
+            raise
         finally:
             self.life.close()
             self._stop_watching()
@@ -307,7 +315,9 @@ class RLTrainer:
         )
 
     def train_one_step(self, step: int) -> dict[str, Any]:
-        """One full step, including its run-store writes and (when due) eval and checkpoint.
+        """One full step, including its run-store writes and (when due) eval and checkpoint. Its trajectory part
+        is written on the run writer's thread: on disk once the next step queues its own, or after
+        ``self.writer.flush()`` (which :meth:`train` and each checkpoint call).
 
         The synchronous schedule of the three parts the async pipeline also uses:
         :meth:`generate_step`, :meth:`train_on`, :meth:`finish_step`.
@@ -363,7 +373,8 @@ class RLTrainer:
     def finish_step(
         self, step: int, out: GeneratorOutput, advantages_BT: Any, metrics: dict[str, Any], timings: dict[str, float]
     ) -> dict[str, Any]:
-        """Eval and checkpoint when due, trajectories and the metrics line; return the step's metrics.
+        """Eval and checkpoint when due, trajectories (queued: ``RunWriter.queue_trajectories``) and the metrics
+        line; return the step's metrics.
 
         Their time is added to ``timings["step"]``; every entry of ``timings`` becomes ``timing/<name>``.
         """
@@ -374,10 +385,12 @@ class RLTrainer:
                 eval_metrics = self.evaluate(step)
             metrics.update(eval_metrics)
             self.writer.log_event("eval", step=step, **eval_metrics)
-        self.writer.write_trajectories(step, trajectory_rows(step, out, advantages_BT, self.cfg.run.store_token_data))
+        # written while the next step computes; a checkpoint waits for it (a resume keeps the parts up to its step)
+        self.writer.queue_trajectories(step, trajectory_rows(step, out, advantages_BT, self.cfg.run.store_token_data))
         timings["save_checkpoints"] = 0.0
         if self._due(t.ckpt_interval, step):
             with timed(timings, "save_checkpoints"):
+                self.writer.flush()
                 path = self.save_checkpoint(step, {**metrics, **_timing_metrics(timings)})
             self.writer.log_event("checkpoint_saved", step=step, path=path)
         timings["step"] = timings.get("step", 0.0) + time.perf_counter() - started

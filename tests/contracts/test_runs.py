@@ -72,6 +72,44 @@ def test_truncate_after_for_resume(tmp_path):
     assert [m["step"] for m in r.poll()] == [4]
 
 
+def test_queued_trajectories_one_in_flight_and_errors_surface(tmp_path, monkeypatch):
+    """The trainer's parts go through queue_trajectories: written on the writer's thread, one at a time, each
+    on disk once the next is queued or the writer is flushed; a failed write raises at the next call."""
+    import threading
+
+    import pyarrow.parquet as pq
+
+    w = RunWriter(tmp_path / "r")
+    r = RunReader(tmp_path / "r")
+    writing, release = threading.Event(), threading.Event()
+    real = pq.write_table
+
+    def held(*args, **kwargs):  # the first part waits until the test lets it go
+        writing.set()
+        release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", held)
+    w.queue_trajectories(1, _rows(1))
+    assert writing.wait(10) and r.trajectory_steps() == []  # in flight: the caller did not wait for it
+    threading.Timer(0.2, release.set).start()
+    w.queue_trajectories(2, _rows(2))  # waits for part 1 first
+    assert r.trajectory_steps()[:1] == [1]
+    w.flush()
+    assert r.trajectory_steps() == [1, 2] and r.trajectories(2)["uid"].tolist() == [f"2-{i}" for i in range(4)]
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", broken)
+    w.queue_trajectories(3, _rows(3))
+    with pytest.raises(OSError, match="No space left"):
+        w.flush()
+    w.flush()  # reported once
+    with pytest.raises(Exception, match="four"):  # rows that cannot be stored fail in the caller, at once
+        w.queue_trajectories(4, [{"step": 4}, {"step": "four"}])
+
+
 def test_open_run_errors_and_status_validation(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a run directory"):
         open_run(tmp_path / "missing")

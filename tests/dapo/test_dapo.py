@@ -179,6 +179,7 @@ def test_dapo_step_through_the_trainer_writes_drops_to_the_run_store(tmp_path, t
     for key in ("dynamic_sampling/groups_filtered", "dynamic_sampling/sample_batches", "generate/overlong_filtered",
                 "reward/avg_raw_reward", "policy/policy_loss"):
         assert key in metrics, key
+    trainer.writer.flush()  # the step's part is written while the next step runs; train() flushes at its end
     frame = RunReader(cfg.run_dir).trajectories(1)
     assert "discarded_reason" in frame.columns
     kept = frame[frame["discarded_reason"].isna() | (frame["discarded_reason"] == "overlong_filtered")]
