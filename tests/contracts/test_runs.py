@@ -110,6 +110,33 @@ def test_queued_trajectories_one_in_flight_and_errors_surface(tmp_path, monkeypa
         w.queue_trajectories(4, [{"step": 4}, {"step": "four"}])
 
 
+def test_status_step_is_rewritten_at_most_once_a_second_and_at_the_end(tmp_path):
+    """A step alone rewrites status.json only when the last write is STEP_STATUS_S old; the heartbeat carries the
+    latest step meanwhile, and an end writes it at once."""
+    import time
+
+    from skyrl_core.lifecycle import RunLifecycle
+
+    def on_disk():
+        return json.loads((tmp_path / "r" / "status.json").read_text())
+
+    life = RunLifecycle(RunWriter(tmp_path / "r"), heartbeat_s=2.0)
+    life.running(step=0, total_steps=10)  # other fields: written
+    life.running(step=1)
+    assert (on_disk()["state"], on_disk()["step"], life.step) == ("running", 0, 1)
+    deadline = time.monotonic() + 10
+    while on_disk()["step"] != 1 and time.monotonic() < deadline:  # the heartbeat's next beat
+        time.sleep(0.05)
+    assert on_disk()["step"] == 1
+    life._written -= 1.0  # the last write a second ago: the next step is written by its own call
+    life.running(step=2)
+    assert on_disk()["step"] == 2
+    life.running(step=3)
+    life.succeeded()
+    life.close()
+    assert (on_disk()["state"], on_disk()["step"]) == ("succeeded", 3)
+
+
 def test_open_run_errors_and_status_validation(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a run directory"):
         open_run(tmp_path / "missing")
