@@ -279,8 +279,9 @@ class RLTrainer:
             self.life.succeeded()
             return last
         except BaseException:
-            with suppress(Exception):  # the steps that ran keep their trajectories; the error to report
-                self.writer.flush()               # is the run's own
+            # the steps that ran keep their trajectories; the error to report is the run's own, not the write's
+            with suppress(Exception):
+                self.writer.flush()
             raise
         finally:
             self.life.close()
