@@ -50,10 +50,28 @@ def rendezvous_address() -> str:
         host = ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001 - outside Ray: this machine
         host = "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port = sock.getsockname()[1]
-    return f"tcp://{host}:{port}"
+    return f"tcp://{host}:{free_port(host)}"
+
+
+#: where :func:`free_port` looks first: above Ray's worker ports (10002-19999), below Linux's ephemeral range (32768-)
+RENDEZVOUS_PORTS = (20000, 32767)
+
+
+def free_port(host: str, tries: int = 64) -> int:
+    """A port free on ``host`` now, from :data:`RENDEZVOUS_PORTS` where one is. Rank 0 binds it a moment later: a
+    port the kernel hands out (``bind(host, 0)``) is in the ephemeral range, where any outgoing connection of the
+    node's other processes (Ray's, many) can take it first, and rank 0 then fails with EADDRINUSE (seen in CI)."""
+    import random
+
+    candidates = [random.randint(*RENDEZVOUS_PORTS) for _ in range(tries)] + [0]
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise OSError(f"no free port on {host}")
 
 
 def rank_slice(rows: int, rank: int, world_size: int) -> tuple[int, int]:

@@ -188,6 +188,23 @@ def _ddp_rank(rank: int, address: str, model_dir: str, results) -> None:
     worker.dist.close()
 
 
+def test_the_rendezvous_port_is_outside_the_ephemeral_range_and_free() -> None:
+    """Rank 0's port comes from RENDEZVOUS_PORTS, where outgoing connections (ephemeral ports) do not land; a
+    port taken there is skipped."""
+    import socket
+
+    from skyrl_engine.distributed import RENDEZVOUS_PORTS, free_port, rendezvous_address
+
+    low, high = RENDEZVOUS_PORTS
+    port = free_port("127.0.0.1")
+    assert low <= port <= high
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        assert all(free_port("127.0.0.1") != port for _ in range(20))
+    assert low <= int(rendezvous_address().rsplit(":", 1)[1]) <= high
+
+
 @pytest.mark.slow
 def test_two_ddp_ranks_train_exactly_as_one_worker(tiny_model_dir) -> None:
     """The ddp strategy on the worker itself (two processes, gloo, no Ray): one update on the same batch
