@@ -261,6 +261,8 @@ async def play_steps(trainer: object, generator: Generator, record: dict, steps:
         trainer.all_metrics, trainer.all_timings = {}, {}
         if step == 1:  # no log call for a while: the heartbeat alone refreshes the status
             status = Path(trainer.tracker.run_dir) / "status.json"
+            # a step alone reaches status.json within a heartbeat (lifecycle.STEP_STATUS_S): read it after one
+            time.sleep(2 * trainer.tracker.life.heartbeat_s)
             first = json.loads(status.read_text())
             time.sleep(4 * trainer.tracker.life.heartbeat_s)
             record["heartbeats"] = [first, json.loads(status.read_text())]
