@@ -42,6 +42,7 @@ from skyrl_core import procs
 from skyrl_core.exports import ExportError
 from skyrl_core.store import is_url, open_store
 from skyrl_engine import lora, serve_auth
+from skyrl_engine.distributed import free_port
 from skyrl_engine.export import METADATA_FILE, export_model
 from skyrl_engine.models import TINY_MODEL, resolve_model_path
 from skyrl_engine.vllm_engine import engine_pythonpath, find_vllm_python
@@ -202,12 +203,6 @@ def _port_problem(host: str, port: int) -> str | None:
     return None
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _node_ip() -> str:
     """This node's address as other machines reach it: the source address of a route to the Ray head (a job's
     ``RAY_ADDRESS``), found without importing Ray (seconds) and without sending anything (a UDP connect)."""
@@ -298,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                 problem = _port_problem(args.host, args.port)
                 if problem:
                     raise ServeRefused(problem)
-            port = args.port if args.port is not None else _free_port(args.host)
+            port = args.port if args.port is not None else free_port(args.host)
         except ServeRefused as err:
             print(json.dumps({ERROR_MARKER: str(err)}), flush=True)
             print(str(err), file=sys.stderr, flush=True)
