@@ -7,7 +7,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,8 @@ class RunWriter:
         self._status: dict[str, Any] = status or _new_status()
         #: what was wrong with the files found here (also logged as ``warning`` events)
         self.warnings: list[str] = []
-        self._parts: Any = None  # queue_trajectories's thread, started on first use
-        self._pending: Any = None  # the part it is writing
+        self._parts: ThreadPoolExecutor | None = None  # queue_trajectories's thread, started on first use
+        self._pending: Future[str | Path] | None = None  # the part it is writing
         for problem in problems:
             self._warn(problem + ("" if status else "; starting a fresh status"))
 

@@ -76,13 +76,12 @@ def keep_freed_memory() -> bool:
     stays at the high-water mark of its steps, which it reaches anyway.
     """
     import ctypes
-    import platform
 
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    try:  # glibc names itself here; musl, macOS and Windows do not
+        libc = ctypes.CDLL("libc.so.6") if os.confstr("CS_GNU_LIBC_VERSION") else None
+    except (AttributeError, ValueError, OSError):
+        libc = None
+    if libc is None:
         return False
     return all(libc.mallopt(option, value) == 1 for option, value in MALLOC_SETTINGS)
 
