@@ -74,11 +74,14 @@ class PackedForward:
 
     def __init__(self, model: Any, base: Any) -> None:
         self.model = model  # what runs the forward: the wrappers' hooks fire
+        self.base = base  # the causal LM (inside the wrappers)
         self.config = base.config  # the causal LM's own, whose attention implementation the call switches
         self.dtype = base.dtype
 
-    def logits(self, ids_BL: torch.Tensor, mask_BL: torch.Tensor, P: int,
-               share_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    def logits(self, ids_BL: torch.Tensor, mask_BL: torch.Tensor, P: int, share_prompt: bool = True,
+               hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """See the class; with ``hidden``, the final hidden states at those positions (``[M, hidden]``, what the
+        output layer would multiply) instead of the logits."""
         import torch
 
         B, L = ids_BL.shape
@@ -124,10 +127,26 @@ class PackedForward:
         keep_M = torch.where(t_M == 0, last_U[inverse_B[b_M]], resp_start_B[b_M] + t_M - 1)
 
         unused = torch.zeros(1, 1, 1, 1, dtype=dtype, **on)  # a prepared 4-D mask: transformers builds none
-        with self._attention():
+        with self._attention(), self._without_head(hidden):
             out = self.model(input_ids=ids_N[None], position_ids=pos_N[None], attention_mask=unused, use_cache=False,
                              logits_to_keep=keep_M, skyrl_packing=layout)
         return out.logits[0], b_M, t_M
+
+    @contextlib.contextmanager
+    def _without_head(self, on: bool) -> Iterator[None]:
+        """With ``on``, the causal LM's output layer is the identity while the block runs (its forward then returns
+        the hidden states it would have multiplied, at ``logits_to_keep``)."""
+        if not on:
+            yield
+            return
+        import torch
+
+        head = self.base.lm_head
+        self.base.lm_head = torch.nn.Identity()
+        try:
+            yield
+        finally:
+            self.base.lm_head = head
 
     @contextlib.contextmanager
     def _attention(self) -> Iterator[None]:

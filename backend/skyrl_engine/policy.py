@@ -21,6 +21,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from skyrl_engine import algorithms, lora
+from skyrl_engine.head import FrozenHeadLogprobs, frozen_head
 from skyrl_engine.lora import (
     adapter_of,
     has_adapter,
@@ -105,7 +106,15 @@ def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy
     P = batch.num_prompt_tokens
     B, T = batch.sequences_BL.shape[0], batch.sequences_BL.shape[1] - P
     packed = packed_forward(model)
-    found = packed.logits(batch.sequences_BL, batch.attention_mask_BL, P, share_prompt) if packed is not None else None
+    head = frozen_head(packed.base) if packed is not None and not (with_entropy and entropy_grad) else None
+    found = (packed.logits(batch.sequences_BL, batch.attention_mask_BL, P, share_prompt, hidden=head is not None)
+             if packed is not None else None)
+    if found is not None and head is not None:  # the output layer fused with the log-softmax (skyrl_engine.head)
+        hidden_MH, b_M, t_M = found
+        logprobs_M, entropy_M = FrozenHeadLogprobs.apply(hidden_MH, head.weight, batch.sequences_BL[b_M, P + t_M],
+                                                         temperature)
+        logprobs_BT = logprobs_M.new_zeros(B, T).index_put((b_M, t_M), logprobs_M)
+        return logprobs_BT, (entropy_M.new_zeros(B, T).index_put((b_M, t_M), entropy_M) if with_entropy else None)
     if found is not None:
         logits_MV, b_M, t_M = found
         logits_MV = logits_MV.float()

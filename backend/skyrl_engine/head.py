@@ -1,0 +1,113 @@
+"""The response tokens' log-probs through a frozen output layer, without the ``[positions, vocab]`` tensors.
+
+The plain path (:func:`skyrl_engine.policy.response_logprobs`) forms the logits at every response position, divides
+them by the temperature, takes their log-softmax, gathers each target's log-prob and, for the entropy, the
+distribution's exponential; the backward walks the same ``[positions, vocab]`` tensors again (the gather's zeros, the
+log-softmax's and the division's backward) before the output layer's matmul. On a step of the ``smollm2`` preset
+that is about 300 positions × 49,152 words per micro-batch: 60 MB a tensor, above glibc's 32 MiB ceiling for heap
+blocks, so each comes from a fresh ``mmap`` and is faulted in page by page, eight or so times a micro-batch.
+
+When the output layer does not train (LoRA: the head is frozen), the gradient of a target's log-prob with respect to
+the hidden state ``h`` is ``(onehot − p) · W / temperature``, with ``p`` the softmax, a row of the same size as ``h``
+that does not depend on the loss. :class:`FrozenHeadLogprobs` computes it in the forward, a block of positions at a
+time (each block's logits small enough for the heap and the cache), together with the log-probs and the entropy, and
+keeps only it: the backward is one multiplication by the incoming gradient. The matmul work is the plain path's (the
+logits, then ``[positions, vocab] × [vocab, hidden]``); the values equal it to float rounding
+(``tests/engine/test_head.py``). An output layer that trains, or an entropy that must carry a gradient, takes the plain
+path.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+#: positions per block: 64 × 49,152 float32 logits are 12 MiB, well inside glibc's heap ceiling
+BLOCK_BYTES = 12 << 20
+
+
+def frozen_head(model: Any) -> Any:
+    """The causal LM's output layer when :class:`FrozenHeadLogprobs` can stand in for it: a plain ``Linear`` without
+    bias whose weight does not train; else None."""
+    import torch
+
+    head = getattr(model, "lm_head", None)
+    if type(head) is not torch.nn.Linear or head.bias is not None or head.weight.requires_grad:
+        return None
+    return head if type(head.weight) is torch.nn.Parameter or type(head.weight) is torch.Tensor else None
+
+
+def block_rows(vocab: int) -> int:
+    """Positions per block of logits: :data:`BLOCK_BYTES` of float32 rows."""
+    return max(1, BLOCK_BYTES // (4 * vocab))
+
+
+class FrozenHeadLogprobs:
+    """``apply(hidden_MH, weight_VH, targets_M, temperature) -> (logprobs_M, entropy_M)``: each position's target
+    log-prob under ``softmax(hidden W^T / temperature)`` (float32) and the distribution's entropy (no gradient), with
+    a gradient into ``hidden_MH`` only."""
+
+    @staticmethod
+    def apply(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor,
+              temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return _function().apply(hidden_MH, weight_VH, targets_M, temperature)
+
+
+def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor, temperature: float,
+             want_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Block by block: the logits, their log-softmax in place, the targets' entries, the entropy and, with
+    ``want_grad``, ``(onehot - p) W / temperature``."""
+    import torch
+
+    M, V = hidden_MH.shape[0], weight_VH.shape[0]
+    weight_HV = weight_VH.t()
+    logprobs_M = hidden_MH.new_empty(M, dtype=torch.float32)
+    entropy_M = hidden_MH.new_empty(M, dtype=torch.float32)
+    grad_MH = hidden_MH.new_empty(M, hidden_MH.shape[1], dtype=torch.float32) if want_grad else None
+    scale = temperature > 0 and temperature != 1.0
+    step = block_rows(V)
+    for lo in range(0, M, step):
+        hi = min(lo + step, M)
+        target_C1 = targets_M[lo:hi, None]
+        logp_CV = torch.matmul(hidden_MH[lo:hi], weight_HV).float()
+        if scale:
+            logp_CV.div_(temperature)
+        logp_CV.sub_(torch.logsumexp(logp_CV, dim=-1, keepdim=True))
+        logprobs_M[lo:hi] = logp_CV.gather(1, target_C1)[:, 0]
+        p_CV = logp_CV.exp()
+        entropy_M[lo:hi] = -(p_CV * logp_CV).sum(dim=-1)
+        if grad_MH is not None:
+            p_CV.neg_().scatter_add_(1, target_C1, p_CV.new_ones(hi - lo, 1))  # onehot - p
+            grad_MH[lo:hi] = torch.matmul(p_CV.to(weight_VH.dtype), weight_VH)
+    if grad_MH is not None and scale:
+        grad_MH.div_(temperature)
+    return logprobs_M, entropy_M, grad_MH
+
+
+@functools.cache
+def _function() -> Any:
+    """The autograd function, defined on first use (``import skyrl_engine.head`` imports no torch)."""
+    import torch
+
+    class _FrozenHead(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor,
+                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+            logprobs_M, entropy_M, grad_MH = _forward(hidden_MH, weight_VH, targets_M, temperature,
+                                                      want_grad=ctx.needs_input_grad[0])
+            ctx.save_for_backward(grad_MH)
+            ctx.mark_non_differentiable(entropy_M)
+            ctx.hidden_dtype = hidden_MH.dtype
+            return logprobs_M, entropy_M
+
+        @staticmethod
+        def backward(ctx: Any, g_M: torch.Tensor, _g_entropy: Any) -> tuple[Any, None, None, None]:
+            (grad_MH,) = ctx.saved_tensors
+            if grad_MH is None or g_M is None:
+                return None, None, None, None
+            return (grad_MH * g_M[:, None]).to(ctx.hidden_dtype), None, None, None
+
+    return _FrozenHead
