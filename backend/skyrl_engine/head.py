@@ -40,9 +40,11 @@ def frozen_head(model: Any) -> Any:
     return head if type(head.weight) is torch.nn.Parameter or type(head.weight) is torch.Tensor else None
 
 
-def block_rows(vocab: int) -> int:
-    """Positions per block of logits: :data:`BLOCK_BYTES` of float32 rows."""
-    return max(1, BLOCK_BYTES // (4 * vocab))
+def block_rows(rows: int, vocab: int) -> int:
+    """Positions per block of logits: ``rows`` split into the fewest blocks of at most :data:`BLOCK_BYTES` of float32
+    logits, as even as they go."""
+    most = max(1, BLOCK_BYTES // (4 * vocab))
+    return -(-rows // -(-rows // most)) if rows else most
 
 
 class FrozenHeadLogprobs:
@@ -68,7 +70,7 @@ def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.
     entropy_M = hidden_MH.new_empty(M, dtype=torch.float32)
     grad_MH = hidden_MH.new_empty(M, hidden_MH.shape[1], dtype=torch.float32) if want_grad else None
     scale = temperature > 0 and temperature != 1.0
-    step = block_rows(V)
+    step = block_rows(M, V)
     for lo in range(0, M, step):
         hi = min(lo + step, M)
         target_C1 = targets_M[lo:hi, None]
