@@ -9,7 +9,7 @@ blocks, so each comes from a fresh ``mmap`` and is faulted in page by page, eigh
 
 When the output layer does not train (LoRA: the head is frozen), the gradient of a target's log-prob with respect to
 the hidden state ``h`` is ``(onehot − p) · W / temperature``, with ``p`` the softmax, a row of the same size as ``h``
-that does not depend on the loss. :class:`FrozenHeadLogprobs` computes it in the forward, a block of positions at a
+that does not depend on the loss. :func:`frozen_head_logprobs` computes it in the forward, a block of positions at a
 time (each block's logits small enough for the heap and the cache), together with the log-probs and the entropy, and
 keeps only it: the backward is one multiplication by the incoming gradient. The matmul work is the plain path's (the
 logits, then ``[positions, vocab] × [vocab, hidden]``); the values equal it to float rounding
@@ -25,19 +25,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-#: positions per block: 64 × 49,152 float32 logits are 12 MiB, well inside glibc's heap ceiling
+#: most float32 logits per block (64 positions of a 49,152-word vocabulary), well inside glibc's heap ceiling
 BLOCK_BYTES = 12 << 20
 
 
 def frozen_head(model: Any) -> Any:
-    """The causal LM's output layer when :class:`FrozenHeadLogprobs` can stand in for it: a plain ``Linear`` without
+    """The causal LM's output layer when :func:`frozen_head_logprobs` can stand in for it: a plain ``Linear`` without
     bias whose weight does not train; else None."""
     import torch
 
     head = getattr(model, "lm_head", None)
     if type(head) is not torch.nn.Linear or head.bias is not None or head.weight.requires_grad:
         return None
-    return head if type(head.weight) is torch.nn.Parameter or type(head.weight) is torch.Tensor else None
+    # a plain tensor, not FSDP2's DTensor shard (which the block matmuls cannot read whole)
+    return head if type(head.weight) in (torch.nn.Parameter, torch.Tensor) else None
 
 
 def block_rows(rows: int, vocab: int) -> int:
@@ -47,15 +48,11 @@ def block_rows(rows: int, vocab: int) -> int:
     return -(-rows // -(-rows // most)) if rows else most
 
 
-class FrozenHeadLogprobs:
-    """``apply(hidden_MH, weight_VH, targets_M, temperature) -> (logprobs_M, entropy_M)``: each position's target
-    log-prob under ``softmax(hidden W^T / temperature)`` (float32) and the distribution's entropy (no gradient), with
-    a gradient into ``hidden_MH`` only."""
-
-    @staticmethod
-    def apply(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor,
-              temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-        return _function().apply(hidden_MH, weight_VH, targets_M, temperature)
+def frozen_head_logprobs(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor,
+                         temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logprobs_M, entropy_M)``: each position's target log-prob under ``softmax(hidden W^T / temperature)``
+    (float32) and the distribution's entropy (no gradient), with a gradient into ``hidden_MH`` only."""
+    return _function().apply(hidden_MH, weight_VH, targets_M, temperature)
 
 
 def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor, temperature: float,

@@ -21,7 +21,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from skyrl_engine import algorithms, lora
-from skyrl_engine.head import FrozenHeadLogprobs, frozen_head
+from skyrl_engine.head import frozen_head, frozen_head_logprobs
 from skyrl_engine.lora import (
     adapter_of,
     has_adapter,
@@ -111,27 +111,26 @@ def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy
              if packed is not None else None)
     if found is not None and head is not None:  # the output layer fused with the log-softmax (skyrl_engine.head)
         hidden_MH, b_M, t_M = found
-        logprobs_M, entropy_M = FrozenHeadLogprobs.apply(hidden_MH, head.weight, batch.sequences_BL[b_M, P + t_M],
-                                                         temperature)
-        logprobs_BT = logprobs_M.new_zeros(B, T).index_put((b_M, t_M), logprobs_M)
-        return logprobs_BT, (entropy_M.new_zeros(B, T).index_put((b_M, t_M), entropy_M) if with_entropy else None)
-    if found is not None:
-        logits_MV, b_M, t_M = found
-        logits_MV = logits_MV.float()
+        logprobs_M, entropy_M = frozen_head_logprobs(hidden_MH, head.weight, batch.sequences_BL[b_M, P + t_M],
+                                                     temperature)
     else:
-        on = batch.sequences_BL.device
-        b_M, t_M = (torch.arange(B, device=on).repeat_interleave(T), torch.arange(T, device=on).repeat(B))
-        logits_MV = response_logits(model, batch, share_prompt).float().reshape(B * T, -1)
-    if temperature > 0 and temperature != 1.0:
-        logits_MV = logits_MV / temperature
-    logp_MV = torch.log_softmax(logits_MV, dim=-1)
-    logprobs_M = logp_MV.gather(-1, batch.sequences_BL[b_M, P + t_M][:, None])[:, 0]
+        if found is not None:
+            logits_MV, b_M, t_M = found
+            logits_MV = logits_MV.float()
+        else:
+            on = batch.sequences_BL.device
+            b_M, t_M = (torch.arange(B, device=on).repeat_interleave(T), torch.arange(T, device=on).repeat(B))
+            logits_MV = response_logits(model, batch, share_prompt).float().reshape(B * T, -1)
+        if temperature > 0 and temperature != 1.0:
+            logits_MV = logits_MV / temperature
+        logp_MV = torch.log_softmax(logits_MV, dim=-1)
+        logprobs_M = logp_MV.gather(-1, batch.sequences_BL[b_M, P + t_M][:, None])[:, 0]
+        entropy_M = None
+        if with_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                entropy_M = -(logp_MV.exp() * logp_MV).sum(dim=-1)  # algorithms.compute_entropy, same log-softmax
     logprobs_BT = logprobs_M.new_zeros(B, T).index_put((b_M, t_M), logprobs_M)
-    if not with_entropy:
-        return logprobs_BT, None
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy_M = -(logp_MV.exp() * logp_MV).sum(dim=-1)  # algorithms.compute_entropy, from the same log-softmax
-        return logprobs_BT, entropy_M.new_zeros(B, T).index_put((b_M, t_M), entropy_M)
+    return logprobs_BT, (entropy_M.new_zeros(B, T).index_put((b_M, t_M), entropy_M) if with_entropy else None)
 
 
 def response_logits(model, batch: TrainBatch, share_prompt: bool = True):

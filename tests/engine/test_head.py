@@ -19,8 +19,8 @@ def _pass(model, batch, temperature: float, fused: bool, monkeypatch, block_byte
         if not fused:
             m.setattr(policy, "frozen_head", lambda model: None)
         calls = []
-        real = head.FrozenHeadLogprobs.apply
-        m.setattr(head.FrozenHeadLogprobs, "apply", staticmethod(lambda *a: calls.append(1) or real(*a)))
+        real = policy.frozen_head_logprobs
+        m.setattr(policy, "frozen_head_logprobs", lambda *a: calls.append(1) or real(*a))
         model.zero_grad(set_to_none=True)
         mask = batch.response_mask_BT.float()
         weights = torch.linspace(-1.0, 2.0, mask.numel()).reshape(mask.shape)
@@ -76,7 +76,7 @@ def test_a_head_that_trains_or_an_entropy_with_a_gradient_takes_the_plain_path(m
     assert head.frozen_head(with_bias) is None
 
     calls = []
-    monkeypatch.setattr(head.FrozenHeadLogprobs, "apply", staticmethod(lambda *a: calls.append(a)))
+    monkeypatch.setattr(policy, "frozen_head_logprobs", lambda *a: calls.append(a))
     batch = _batch()
     policy.response_logprobs(full, batch, 1.0, with_entropy=True)
     _, entropy_BT = policy.response_logprobs(adapted, batch, 1.0, with_entropy=True, entropy_grad=True)

@@ -3,15 +3,15 @@
 A refactor that keeps behaviour keeps every value bit for bit. Float results used to differ between CPU kinds (the
 same code gave step-1 rewards 0.234-0.258 under different ISA settings), so ``quickstart_20_steps.json`` held one
 recording per kind of machine. Since issue 38 the tiny model's warm start is the same bytes on every CPU, and the
-run here is pinned to the kernels every x86-64 CPU runs alike (``PORTABLE_KERNELS``: torch's portable ATen
-kernels, MKL's conditional numerical reproducibility mode, oneDNN at SSE4.1), so one recording was meant to
-serve every machine; an AVX-512/AMX Xeon still parts from the EPYC's at step 10 by one rounding of the loss
-(-0.0063288342 against -0.0063288370, the same with the code of both recordings), so it has its own. Measured on this AVX-512 EPYC: native, portable, AVX2 and MKL-at-AVX2 settings all give the recording
-exactly (the 20 RL steps did not depend on the kernels once the warm start stopped depending on them); the
-setting pins it for CPUs nobody here could measure. On a machine where the run still parts from it, record one
-from the last landed commit (``SKYRL_NB_RECORD_FIXTURE=1 pytest tests/engine/test_quickstart_fixture.py`` appends
-it), never from the code under test. The run goes through the real CLI (colocated on CPU: generator and trainer
-in the job's process).
+run here is pinned to the kernels every x86-64 CPU runs alike (``PORTABLE_KERNELS``: torch's portable ATen kernels,
+MKL's conditional numerical reproducibility mode, oneDNN at SSE4.1), so one recording was meant to serve every
+machine; an AVX-512/AMX Xeon still parts from the EPYC's at step 10 by one rounding of the loss (-0.0063288342
+against -0.0063288370, the same with the code of both recordings), so it has its own. Measured on the AVX-512 EPYC:
+native, portable, AVX2 and MKL-at-AVX2 settings all give its recording exactly (the 20 RL steps did not depend on
+the kernels once the warm start stopped depending on them); the setting pins it for CPUs nobody here could measure.
+On a machine where the run still parts from it, record one from the last landed commit (``SKYRL_NB_RECORD_FIXTURE=1
+pytest tests/engine/test_quickstart_fixture.py`` appends it), never from the code under test. The run goes through
+the real CLI (colocated on CPU: generator and trainer in the job's process).
 """
 
 from __future__ import annotations
