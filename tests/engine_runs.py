@@ -6,6 +6,7 @@ Shared by the engine, critic, async and vLLM CLI tests (``tests/`` is on sys.pat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -55,15 +56,27 @@ def finish(proc: subprocess.Popen, timeout: float = 600) -> str:
 
 
 def kill_after_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int, timeout: float = 300) -> None:
-    """kill -9 the run's process group once checkpoint ``step`` (or a later one) is on disk."""
+    """kill -9 the run's process group once checkpoint ``step`` (or a later one) is on disk.
+
+    The group is stopped (SIGSTOP) while each check reads the checkpoint marker and runs on for 20 ms between
+    checks, so the run gets at most those 20 ms past the checkpoint before the kill: a fast machine cannot finish
+    the run in between (a tiny run's remaining steps took less than a 0.2 s sleep on an AMX Xeon)."""
     latest = run_dir / "checkpoints" / "latest_ckpt_global_step.txt"
     deadline = time.time() + timeout
-    while not (latest.exists() and int(latest.read_text() or 0) >= step):
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
-        assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        while True:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            os.killpg(proc.pid, signal.SIGSTOP)
+            text = latest.read_text().strip() if latest.exists() else ""
+            if text.isdigit() and int(text) >= step:
+                break
+            os.killpg(proc.pid, signal.SIGCONT)
+            assert time.time() < deadline, "no checkpoint appeared"
+            time.sleep(0.02)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # also when the wait failed: no stopped group is left behind
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def train_in_process(run_root: Path, run_id: str, model: str, steps: int, *overrides: str) -> Path:
