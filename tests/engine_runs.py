@@ -60,7 +60,7 @@ def kill_after_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int, time
 
     The group is stopped (SIGSTOP) while each check reads the checkpoint marker and runs on for 20 ms between
     checks, so the run gets at most those 20 ms past the checkpoint before the kill: a fast machine cannot finish
-    the run in between (a tiny run's remaining steps took less than a 0.2 s sleep on an AMX Xeon)."""
+    the run in between (on an AMX Xeon a tiny gae run once reached its last step before a 0.2 s poll killed it)."""
     latest = run_dir / "checkpoints" / "latest_ckpt_global_step.txt"
     deadline = time.time() + timeout
     try:

@@ -199,8 +199,8 @@ def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     k_prompt = padded(k[:Np], lay.U, lay.P, lay.prompt_flat)
     v_prompt = padded(v[:Np], lay.U, lay.P, lay.prompt_flat)
     o_prompt = attend(padded(q[:Np], lay.U, lay.P, lay.prompt_flat), k_prompt, v_prompt, lay.bias_prompt)
-    # index_select, not x[index]: its backward is an index_add_, where indexing's is an accumulating index_put_,
-    # which the deterministic mode the workers run in sorts first (a fifth of the attention's time)
+    # index_select, not x[index]: its backward is an index_add_, where indexing's is an accumulating index_put_
+    # (slower on CPU, and sorted first under the deterministic mode the workers run in)
     k_resp = torch.cat([k_prompt.index_select(0, lay.inverse_B), padded(k[Np:], lay.B, lay.T, lay.resp_flat)], dim=1)
     v_resp = torch.cat([v_prompt.index_select(0, lay.inverse_B), padded(v[Np:], lay.B, lay.T, lay.resp_flat)], dim=1)
     o_resp = attend(padded(q[Np:], lay.B, lay.T, lay.resp_flat), k_resp, v_resp, lay.bias_resp)
