@@ -5,7 +5,8 @@ output recorders, keyword plumbing through each layer): on 2 CPU cores that cost
 matmuls at the sampler's batch sizes. :class:`LeanDecoder` runs the same computation (the model's own norms,
 projections, rotary embedding and MLPs, the same operations in the same order) with only the tensor work:
 eager attention (as the trainer's forward) over the cache, with grouped-query heads reading their shared K/V in place
-(no copy per query head), one additive mask per step, the LM head on the one position. Its logits equal
+(no copy per query head), one additive mask per step, the LM head on the one position; the MLPs' and the LM head's
+large weights multiply through copies reordered once for oneDNN (:mod:`skyrl_engine.prepacked`). Its logits equal
 transformers' forward's to float rounding; the prefill still goes through transformers (one call per batch).
 
 Model types it knows (the decoder layer is the pre-norm Llama block, full attention on every layer): ``llama``,
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import sys
 from typing import Any
+
+from skyrl_engine.prepacked import for_model
 
 LEAN_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
 
@@ -62,6 +65,7 @@ class LeanDecoder:
         attn = self.body.layers[0].self_attn
         self.head_dim = int(attn.head_dim)
         self.apply_rotary = rotary_of(attn)
+        self.packs = for_model(model)
 
     def __call__(self, token_A: Any, position_A: Any, mask_AL: Any, cache: Any) -> Any:
         import torch
@@ -84,5 +88,10 @@ class LeanDecoder:
             scores = torch.matmul(q.reshape(A, k.shape[1], -1, d), k.transpose(2, 3)) * attn.scaling + bias_A11L
             o = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
             h = h + attn.o_proj(o.reshape(A, 1, -1))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return self.model.lm_head(self.body.norm(h))[:, -1, :]
+            h = h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
+        return self.packs.module(self.model.lm_head, self.body.norm(h))[:, -1, :]
+
+    def _mlp(self, mlp: Any, x: Any) -> Any:
+        """The Llama MLP's ``down(act(gate(x)) * up(x))``, its large weights reordered (:mod:`skyrl_engine.prepacked`)."""
+        lin = self.packs.module
+        return lin(mlp.down_proj, mlp.act_fn(lin(mlp.gate_proj, x)) * lin(mlp.up_proj, x))
