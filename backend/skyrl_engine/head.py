@@ -13,8 +13,16 @@ that does not depend on the loss. :func:`frozen_head_logprobs` computes it in th
 time (each block's logits small enough for the heap and the cache), together with the log-probs and the entropy, and
 keeps only it: the backward is one multiplication by the incoming gradient. The matmul work is the plain path's (the
 logits, then ``[positions, vocab] × [vocab, hidden]``); the values equal it to float rounding
-(``tests/engine/test_head.py``). An output layer that trains, or an entropy that must carry a gradient, takes the plain
-path.
+(``tests/engine/test_head.py``).
+
+An output layer that trains (full fine-tuning) takes :func:`trained_head_logprobs` when its logits span more than one
+block: the forward is the same block loop (keeping each position's log-sum-exp, no ``[positions, vocab]`` tensor), and
+the backward computes the logits again a block at a time into the one ``[positions, vocab]`` buffer of
+``g · (onehot − p) / temperature`` it needs, then the two gradient matmuls (into ``h`` and into the weight). That is one
+matmul more than the plain path, and none of its six passes over full-size tensors: on SmolLM2's full fine-tune at
+1,083 positions the plain path spent about 2.7 s of a 12.4 s one-thread step in them (``docs/benchmarks.md``). A head
+whose logits fit one block (the tiny model's) keeps the plain path, where the recompute would cost more than it saves;
+so does an entropy that must carry a gradient.
 """
 
 from __future__ import annotations
@@ -29,16 +37,36 @@ if TYPE_CHECKING:
 BLOCK_BYTES = 12 << 20
 
 
-def frozen_head(model: Any) -> Any:
-    """The causal LM's output layer when :func:`frozen_head_logprobs` can stand in for it: a plain ``Linear`` without
-    bias whose weight does not train; else None."""
+def _output_layer(model: Any) -> Any:
+    """The causal LM's output layer when it is a plain ``Linear`` without bias over a plain tensor (not FSDP2's
+    DTensor shard, which the block matmuls cannot read whole); else None."""
     import torch
 
     head = getattr(model, "lm_head", None)
-    if type(head) is not torch.nn.Linear or head.bias is not None or head.weight.requires_grad:
+    if type(head) is not torch.nn.Linear or head.bias is not None:
         return None
-    # a plain tensor, not FSDP2's DTensor shard (which the block matmuls cannot read whole)
     return head if type(head.weight) in (torch.nn.Parameter, torch.Tensor) else None
+
+
+def frozen_head(model: Any) -> Any:
+    """The causal LM's output layer when :func:`frozen_head_logprobs` can stand in for it: a plain ``Linear`` without
+    bias whose weight does not train; else None."""
+    head = _output_layer(model)
+    return head if head is not None and not head.weight.requires_grad else None
+
+
+def trained_head(model: Any, positions: int) -> Any:
+    """The causal LM's output layer when :func:`trained_head_logprobs` pays for ``positions`` logit rows: a plain
+    float32 ``Linear`` on the CPU without bias whose weight trains, with logits that span more than one block; else
+    None."""
+    import torch
+
+    head = _output_layer(model)
+    if head is None or not head.weight.requires_grad or head.weight.dtype != torch.float32:
+        return None
+    if head.weight.device.type != "cpu" or positions * head.weight.shape[0] * 4 <= BLOCK_BYTES:
+        return None
+    return head
 
 
 def block_rows(rows: int, vocab: int) -> int:
@@ -55,10 +83,17 @@ def frozen_head_logprobs(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targe
     return _function().apply(hidden_MH, weight_VH, targets_M, temperature)
 
 
+def trained_head_logprobs(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor,
+                          temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`frozen_head_logprobs`, with a gradient into ``hidden_MH`` and into ``weight_VH`` (module docstring)."""
+    return _trained_function().apply(hidden_MH, weight_VH, targets_M, temperature)
+
+
 def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor, temperature: float,
-             want_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+             want_grad: bool, lse_M: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Block by block: the logits, their log-softmax in place, the targets' entries, the entropy and, with
-    ``want_grad``, ``(onehot - p) W / temperature``."""
+    ``want_grad``, ``(onehot - p) W / temperature``; each position's log-sum-exp of the tempered logits into
+    ``lse_M`` when given."""
     import torch
 
     M, V = hidden_MH.shape[0], weight_VH.shape[0]
@@ -74,7 +109,10 @@ def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.
         logp_CV = torch.matmul(hidden_MH[lo:hi], weight_HV).float()
         if scale:
             logp_CV.div_(temperature)
-        logp_CV.sub_(torch.logsumexp(logp_CV, dim=-1, keepdim=True))
+        lse_C1 = torch.logsumexp(logp_CV, dim=-1, keepdim=True)
+        if lse_M is not None:
+            lse_M[lo:hi] = lse_C1[:, 0]
+        logp_CV.sub_(lse_C1)
         logprobs_M[lo:hi] = logp_CV.gather(1, target_C1)[:, 0]
         p_CV = logp_CV.exp()
         entropy_M[lo:hi] = -(p_CV * logp_CV).sum(dim=-1)
@@ -110,3 +148,57 @@ def _function() -> Any:
             return (grad_MH * g_M[:, None]).to(ctx.hidden_dtype), None, None, None
 
     return _FrozenHead
+
+
+def _trained_backward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor, lse_M: torch.Tensor,
+                      g_M: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad_hidden_MH, grad_weight_VH)`` of ``sum(g_M * logprobs_M)``: the logits again, block by block, turned in
+    place into ``g · (onehot - p) / temperature``, then its products with the weight and with the hidden states."""
+    import torch
+
+    M, V = hidden_MH.shape[0], weight_VH.shape[0]
+    scale = temperature > 0 and temperature != 1.0
+    step = block_rows(M, V)
+    d_MV = hidden_MH.new_empty(M, V)
+    weight_HV = weight_VH.t()
+    for lo in range(0, M, step):
+        hi = min(lo + step, M)
+        d_CV = d_MV[lo:hi]
+        torch.matmul(hidden_MH[lo:hi], weight_HV, out=d_CV)
+        if scale:
+            d_CV.div_(temperature)
+        g_C1 = g_M[lo:hi, None]
+        d_CV.sub_(lse_M[lo:hi, None]).exp_().mul_(g_C1.neg())  # -g p
+        d_CV.scatter_add_(1, targets_M[lo:hi, None], g_C1)  # g (onehot - p)
+        if scale:
+            d_CV.div_(temperature)
+    return torch.matmul(d_MV, weight_VH), torch.matmul(d_MV.t(), hidden_MH)
+
+
+@functools.cache
+def _trained_function() -> Any:
+    """The autograd function of :func:`trained_head_logprobs`, defined on first use."""
+    import torch
+
+    class _TrainedHead(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor,
+                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+            lse_M = hidden_MH.new_empty(hidden_MH.shape[0], dtype=torch.float32)
+            logprobs_M, entropy_M, _ = _forward(hidden_MH, weight_VH, targets_M, temperature, want_grad=False,
+                                                lse_M=lse_M)
+            ctx.save_for_backward(hidden_MH, weight_VH, targets_M, lse_M)
+            ctx.temperature = temperature
+            ctx.mark_non_differentiable(entropy_M)
+            return logprobs_M, entropy_M
+
+        @staticmethod
+        def backward(ctx: Any, g_M: torch.Tensor, _g_entropy: Any) -> tuple[Any, Any, None, None]:
+            if g_M is None:
+                return None, None, None, None
+            hidden_MH, weight_VH, targets_M, lse_M = ctx.saved_tensors
+            grad_MH, grad_VH = _trained_backward(hidden_MH, weight_VH, targets_M, lse_M, g_M.to(hidden_MH.dtype), ctx.temperature)
+            return (grad_MH.to(hidden_MH.dtype) if ctx.needs_input_grad[0] else None,
+                    grad_VH if ctx.needs_input_grad[1] else None, None, None)
+
+    return _TrainedHead

@@ -21,7 +21,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from skyrl_engine import algorithms, lora
-from skyrl_engine.head import frozen_head, frozen_head_logprobs
+from skyrl_engine.head import frozen_head, frozen_head_logprobs, trained_head, trained_head_logprobs
 from skyrl_engine.lora import (
     adapter_of,
     has_adapter,
@@ -106,13 +106,18 @@ def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy
     P = batch.num_prompt_tokens
     B, T = batch.sequences_BL.shape[0], batch.sequences_BL.shape[1] - P
     packed = packed_forward(model)
-    head = frozen_head(packed.base) if packed is not None and not (with_entropy and entropy_grad) else None
+    head, fused = None, None
+    if packed is not None and not (with_entropy and entropy_grad):  # the output layer fused with the log-softmax
+        head, fused = frozen_head(packed.base), frozen_head_logprobs
+        positions = int(batch.attention_mask_BL[:, P:].sum())  # one logit row per response token
+        ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)  # its reducer counts on the forward's use
+        if head is None and not ddp:
+            head, fused = trained_head(packed.base, positions), trained_head_logprobs
     found = (packed.logits(batch.sequences_BL, batch.attention_mask_BL, P, share_prompt, hidden=head is not None)
              if packed is not None else None)
-    if found is not None and head is not None:  # the output layer fused with the log-softmax (skyrl_engine.head)
+    if found is not None and head is not None:  # skyrl_engine.head
         hidden_MH, b_M, t_M = found
-        logprobs_M, entropy_M = frozen_head_logprobs(hidden_MH, head.weight, batch.sequences_BL[b_M, P + t_M],
-                                                     temperature)
+        logprobs_M, entropy_M = fused(hidden_MH, head.weight, batch.sequences_BL[b_M, P + t_M], temperature)
     else:
         if found is not None:
             logits_MV, b_M, t_M = found

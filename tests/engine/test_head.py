@@ -1,7 +1,7 @@
-"""The frozen output layer fused with the log-softmax (:mod:`skyrl_engine.head`) against the plain path it replaces:
-the same log-probs, entropies and adapter gradients to float rounding, over several blocks of positions, with and
-without a temperature; and the cases it leaves to the plain path (an output layer that trains, an entropy with a
-gradient)."""
+"""The output layer fused with the log-softmax (:mod:`skyrl_engine.head`) against the plain path it replaces: frozen
+(LoRA) and trained (full fine-tuning, its weight tied to the embeddings), the same log-probs, entropies and gradients to
+float rounding, over several blocks of positions, with and without a temperature; and the cases it leaves to the plain
+path (a trained head whose logits fit one block, an entropy with a gradient, a model under DDP)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from test_packed import _batch
 from skyrl_engine import head, policy
 
 
-def _pass(model, batch, temperature: float, fused: bool, monkeypatch, block_bytes: int):
+def _pass(model, batch, temperature: float, fused: bool, monkeypatch, block_bytes: int, kind: str = "frozen"):
     with monkeypatch.context() as m:
         m.setattr(head, "BLOCK_BYTES", block_bytes)
         if not fused:
-            m.setattr(policy, "frozen_head", lambda model: None)
+            m.setattr(policy, f"{kind}_head", lambda *a: None)
         calls = []
-        real = policy.frozen_head_logprobs
-        m.setattr(policy, "frozen_head_logprobs", lambda *a: calls.append(1) or real(*a))
+        real = getattr(policy, f"{kind}_head_logprobs")
+        m.setattr(policy, f"{kind}_head_logprobs", lambda *a: calls.append(1) or real(*a))
         model.zero_grad(set_to_none=True)
         mask = batch.response_mask_BT.float()
         weights = torch.linspace(-1.0, 2.0, mask.numel()).reshape(mask.shape)
@@ -50,6 +50,45 @@ def test_the_fused_head_computes_what_the_plain_path_computes(temperature, block
         assert float(g.abs().max()) > 0, name
         assert torch.allclose(got_grads[name], g, atol=1e-5 * (1 + float(g.abs().max())), rtol=1e-4), name
     assert type(model.get_base_model().lm_head) is torch.nn.Linear  # put back after the forward
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_fused_trained_head_computes_what_the_plain_path_computes(temperature, monkeypatch):
+    torch.set_num_threads(1)
+    model = llama_gqa()  # tied embeddings: the output layer's weight is the embedding's, and it trains
+    model.train()
+    batch = _batch()
+    blocks_of_3 = 97 * 4 * 3
+    got_lp, got_ent, got_grads = _pass(model, batch, temperature, True, monkeypatch, blocks_of_3, kind="trained")
+    want_lp, want_ent, want_grads = _pass(model, batch, temperature, False, monkeypatch, blocks_of_3, kind="trained")
+    mask = batch.response_mask_BT.bool()
+    assert torch.allclose(got_lp[mask], want_lp[mask], atol=1e-5, rtol=0)
+    assert torch.allclose(got_ent[mask], want_ent[mask], atol=1e-5, rtol=0)
+    assert not got_ent.requires_grad
+    assert got_grads.keys() == want_grads.keys() and "model.embed_tokens.weight" in got_grads
+    assert len(got_grads) == len(list(model.parameters()))
+    for name, g in want_grads.items():
+        assert float(g.abs().max()) > 0, name
+        assert torch.allclose(got_grads[name], g, atol=1e-5 * (1 + float(g.abs().max())), rtol=1e-4), name
+
+
+def test_a_trained_head_whose_logits_fit_one_block_or_under_ddp_takes_the_plain_path(monkeypatch):
+    model = llama_gqa()
+    batch = _batch()
+    positions = int(batch.attention_mask_BL[:, batch.num_prompt_tokens:].sum())
+    assert head.trained_head(model, positions) is None  # 97 words: one block
+    monkeypatch.setattr(head, "BLOCK_BYTES", 97 * 4 * 3)
+    assert head.trained_head(model, positions) is model.lm_head
+    assert head.trained_head(model, 3) is None
+    assert head.trained_head(with_adapter(llama_gqa()).get_base_model(), positions) is None  # frozen: the other path
+    calls = []
+    monkeypatch.setattr(policy, "trained_head_logprobs", lambda *a: calls.append(a))
+    ddp = torch.nn.parallel.DistributedDataParallel.__new__(torch.nn.parallel.DistributedDataParallel)
+    torch.nn.Module.__init__(ddp)
+    ddp.module = model
+    ddp.forward = lambda *a, **k: model(*a, **k)
+    logprobs_BT, _ = policy.response_logprobs(ddp, batch, 1.0)
+    assert calls == [] and logprobs_BT.requires_grad
 
 
 def test_without_grad_it_keeps_nothing_for_a_backward(monkeypatch):
