@@ -1,11 +1,12 @@
 """Large frozen weights reordered once for oneDNN's CPU matmul, for multiplications with few rows.
 
-``F.linear`` with a handful of rows (a decode step's 32 or fewer, the frozen output layer's 64-row blocks) spends much
-of its time re-laying-out the weight for every call; on 2 cores a SmolLM2 MLP weight (1536 × 576) times 12 rows took
-0.6 ms through ``F.linear`` and 0.3 ms through a weight reordered once (``torch.ops.mkldnn._reorder_linear_weight``,
-the layout torch's own compiler prepacks for CPU inference), the 49,152-word output layer 34 ms against 11 ms
-(``docs/benchmarks.md``). Small weights lose (the reordered call has a fixed cost of about 10 µs), so only weights of
-at least :data:`MIN_ELEMENTS` are reordered; the tiny model's never are.
+``F.linear`` with a handful of rows (a decode step's 32 or fewer) runs far below the machine's matmul rate, and
+unevenly with the row count: on one Xeon core a SmolLM2 MLP weight (1536 × 576) times 12 rows took 0.64 ms through
+``F.linear`` and 0.30 ms through a weight reordered once (``torch.ops.mkldnn._reorder_linear_weight``, the layout
+torch's own compiler prepacks for CPU inference), the 49,152-word output layer 34 ms against 11 ms; a whole SmolLM2
+generation step took 8.1 s against 7.0 s on one thread, 4.4 against 4.2 s on two. Small weights lose (the reordered
+call has a fixed cost of about 10 µs), so only weights of at least :data:`MIN_ELEMENTS` are reordered; the tiny
+model's never are.
 
 :class:`Prepacked` keeps the reordered copies of one model's weights and reorders a weight again when it changes (in
 place: its version counter moves; or rebound: its storage moves), so a sampler whose weights a sync overwrites never
