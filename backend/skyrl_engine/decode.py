@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from skyrl_engine.prepacked import for_model
+from skyrl_engine.prepacked import Prepacked
 
 LEAN_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
 
@@ -65,7 +65,7 @@ class LeanDecoder:
         attn = self.body.layers[0].self_attn
         self.head_dim = int(attn.head_dim)
         self.apply_rotary = rotary_of(attn)
-        self.packs = for_model(model)
+        self.packs = Prepacked()  # for this decoder's life: one sample() call
 
     def __call__(self, token_A: Any, position_A: Any, mask_AL: Any, cache: Any) -> Any:
         import torch

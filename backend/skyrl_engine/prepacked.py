@@ -9,8 +9,9 @@ call has a fixed cost of about 10 µs), so only weights of at least :data:`MIN_E
 model's never are.
 
 :class:`Prepacked` keeps the reordered copies of one model's weights and reorders a weight again when it changes (in
-place: its version counter moves; or rebound: its storage moves), so a sampler whose weights a sync overwrites never
-multiplies by stale ones. Values equal ``F.linear``'s to float rounding (another summation order). Gradients do not
+place: its version counter moves; or rebound: its storage moves), so it never multiplies by stale ones. The sampler
+holds one for one :func:`skyrl_engine.sampler.sample` call (the weights change between calls anyway: a LoRA merge or a
+weight sync after every step), so the copies (430 MB for SmolLM2) take memory only while it decodes. Values equal ``F.linear``'s to float rounding (another summation order). Gradients do not
 flow through it: it serves inference and the frozen output layer's hand-written backward.
 """
 
@@ -100,14 +101,3 @@ class Prepacked:
 
     def _repr_html_(self) -> str:
         return f"<code>{self!r}</code>"
-
-
-_BY_MODEL: weakref.WeakKeyDictionary[Any, Prepacked] = weakref.WeakKeyDictionary()
-
-
-def for_model(model: Any) -> Prepacked:
-    """The :class:`Prepacked` of ``model`` (one per model object, alive as long as it is)."""
-    packs = _BY_MODEL.get(model)
-    if packs is None:
-        packs = _BY_MODEL[model] = Prepacked()
-    return packs
