@@ -109,9 +109,9 @@ def response_logprobs(model, batch: TrainBatch, temperature: float, with_entropy
     head, fused = None, None
     if packed is not None and not (with_entropy and entropy_grad):  # the output layer fused with the log-softmax
         head, fused = frozen_head(packed.base), frozen_head_logprobs
-        positions = int(batch.attention_mask_BL[:, P:].sum())  # one logit row per response token
-        ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)  # its reducer counts on the forward's use
-        if head is None and not ddp:
+        # not under DDP, whose reducer counts on the forward's use of the parameters
+        if head is None and not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            positions = int(batch.attention_mask_BL[:, P:].sum())  # one logit row per response token
             head, fused = trained_head(packed.base, positions), trained_head_logprobs
     found = (packed.logits(batch.sequences_BL, batch.attention_mask_BL, P, share_prompt, hidden=head is not None)
              if packed is not None else None)

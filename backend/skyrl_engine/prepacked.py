@@ -11,8 +11,8 @@ model's never are.
 :class:`Prepacked` keeps the reordered copies of one model's weights and reorders a weight again when it changes (in
 place: its version counter moves; or rebound: its storage moves), so it never multiplies by stale ones. The sampler
 holds one for one :func:`skyrl_engine.sampler.sample` call (the weights change between calls anyway: a LoRA merge or a
-weight sync after every step), so the copies (430 MB for SmolLM2) take memory only while it decodes. Values equal ``F.linear``'s to float rounding (another summation order). Gradients do not
-flow through it: it serves inference and the frozen output layer's hand-written backward.
+weight sync after every step), so the copies (430 MB for SmolLM2) take memory only while it decodes. Values equal
+``F.linear``'s to float rounding (another summation order). Gradients do not flow through it: it serves inference only.
 """
 
 from __future__ import annotations
