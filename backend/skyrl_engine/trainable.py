@@ -128,6 +128,21 @@ class TrainableWorker:
         record = {"rank": self.rank, "strategy": self.strategy, "node_id": node_id(), "pid": os.getpid()}
         return {**record, "fallback": fallback} if fallback else record
 
+    def leave_group(self) -> None:
+        """Leave the group, for a rank that ends its process itself (the engine's Ray ranks are killed). The
+        ranks meet, the ddp wrapper goes, then the group: its reducer holds the group, and had it been the last
+        to, the group's destructor would run at exit, holding the GIL while it joins gloo's threads, one of
+        which may wait for the GIL to free a finished all-reduce's tensors: a process that never ends."""
+        import gc
+
+        if self.dist is None:
+            return
+        self.dist.barrier()
+        self.model = self.unwrapped
+        gc.collect()
+        self.dist.close()
+        self.dist = None
+
     # -- passes ---------------------------------------------------------------------------------
     def my_rows(self, rows: int) -> tuple[int, int]:
         """The ``[start, stop)`` of ``rows`` this rank works on (all of them on one rank)."""

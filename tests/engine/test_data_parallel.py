@@ -185,7 +185,7 @@ def _ddp_rank(rank: int, address: str, model_dir: str, results) -> None:
     weights = worker.get_weights()
     if rank == 0:  # numpy arrays travel by value (torch tensors by a file descriptor this process closes)
         results.put((joined, metrics, {k: v.numpy() for k, v in weights.items()}))
-    worker.dist.close()
+    worker.leave_group()
 
 
 def test_the_rendezvous_port_is_outside_the_ephemeral_range_and_free() -> None:
@@ -261,7 +261,7 @@ def test_fsdp_config_shapes_the_wrap_and_ddp_is_the_fallback(tiny_model_dir) -> 
         assert {p.dtype for p in worker.model.parameters()} == {torch.float32}  # fp32 master weights
         assert "rank 0 of 1, fsdp2" in repr(worker)
     finally:
-        worker.dist.close()
+        worker.leave_group()
 
     # the fallback in a process of its own: a DDP reducer freed after its group is destroyed can hang
     # in gloo's destructor, which must not be this test process's problem
