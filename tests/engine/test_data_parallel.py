@@ -312,3 +312,30 @@ def _fallback_rank(model_dir: str, address: str, results) -> None:
         import traceback
 
         results.put(traceback.format_exc())
+
+
+def test_the_gradient_norm_reads_large_gradients_in_chunks_and_small_ones_as_before() -> None:
+    """``clip_grad_norm`` turns a gradient to float64 :data:`NORM_CHUNK` elements at a time: a gradient over several
+    chunks gives the float64 norm of the whole to rounding, and is clipped by it; one within a chunk (every tiny-model
+    gradient) gives exactly the unchunked sum's bits."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from skyrl_engine.trainable import NORM_CHUNK, TrainableWorker
+
+    g = torch.Generator().manual_seed(0)
+    big = torch.nn.Parameter(torch.zeros(3 * NORM_CHUNK + 5))
+    small = torch.nn.Parameter(torch.zeros(40, 30))
+    big.grad, small.grad = torch.randn(big.shape, generator=g), torch.randn(small.shape, generator=g)
+    grads = [big.grad.clone(), small.grad.clone()]
+    whole = float(sum(x.double().pow(2).sum() for x in grads).sqrt())
+    worker = SimpleNamespace(model=torch.nn.ParameterList([big, small]), dist=None)
+    norm = TrainableWorker.clip_grad_norm(worker, 1.0)
+    assert norm == pytest.approx(whole, rel=1e-12) and norm > 1000
+    factor = 1.0 / (norm + 1e-6)
+    assert torch.equal(big.grad, grads[0] * factor) and torch.equal(small.grad, grads[1] * factor)
+
+    alone = SimpleNamespace(model=torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(40, 30))]), dist=None)
+    alone.model[0].grad = grads[1].clone()
+    assert TrainableWorker.clip_grad_norm(alone, 1e9) == float(grads[1].double().pow(2).sum().sqrt())
