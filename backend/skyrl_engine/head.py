@@ -7,34 +7,43 @@ log-softmax's and the division's backward) before the output layer's matmul. On 
 that is about 300 positions × 49,152 words per micro-batch: 60 MB a tensor, above glibc's 32 MiB ceiling for heap
 blocks, so each comes from a fresh ``mmap`` and is faulted in page by page, eight or so times a micro-batch.
 
+Both fused paths split the logits into blocks (:func:`blocks`): chunks of positions, each swept over the vocabulary a
+block of words at a time, with a running log-sum-exp, so every matmul has all of a chunk's positions on one side (a
+block of 64 positions × the whole vocabulary, the earlier layout, ran the frozen head's matmul at ~150 GFLOP/s where
+these run near the machine's ~420; a two-thread LoRA step of the ``smollm2`` preset went 4.90 → 4.50 s and a one-thread
+full fine-tuning step 12.2 → 11.2 s, medians of 3–4 alternating runs on one captured batch).
+
 When the output layer does not train (LoRA: the head is frozen), the gradient of a target's log-prob with respect to
 the hidden state ``h`` is ``(onehot − p) · W / temperature``, with ``p`` the softmax, a row of the same size as ``h``
-that does not depend on the loss. :func:`frozen_head_logprobs` computes it in the forward, a block of positions at a
-time (each block's logits small enough for the heap and the cache), together with the log-probs and the entropy, and
-keeps only it: the backward is one multiplication by the incoming gradient. The matmul work is the plain path's (the
-logits, then ``[positions, vocab] × [vocab, hidden]``); the values equal it to float rounding
+that does not depend on the loss. :func:`frozen_head_logprobs` computes it in the forward's sweep, together with the
+log-probs and the entropy (as flash attention sums its values: ``Σ exp(z − m) W`` rescaled as the running maximum
+``m`` grows), and keeps only it: the backward is one multiplication by the incoming gradient. The matmul work is the
+plain path's (the logits, then ``[positions, vocab] × [vocab, hidden]``); the values equal it to float rounding
 (``tests/engine/test_head.py``).
 
 An output layer that trains (full fine-tuning) takes :func:`trained_head_logprobs` when its logits span more than one
-block: the forward is the same block loop (keeping each position's log-sum-exp, no ``[positions, vocab]`` tensor), and
-the backward computes the logits again a block at a time into the one ``[positions, vocab]`` buffer of
-``g · (onehot − p) / temperature`` it needs, then the two gradient matmuls (into ``h`` and into the weight). That is one
-matmul more than the plain path, and none of its six passes over full-size tensors: on SmolLM2's full fine-tune at
-1,083 positions the plain path spent about 2.7 s of a 12.4 s one-thread step in them (``docs/benchmarks.md``). A head
-whose logits fit one block (the tiny model's) keeps the plain path, where the recompute would cost more than it saves;
-so does an entropy that must carry a gradient.
+block: the forward is the same sweep (keeping each position's log-sum-exp, no ``[positions, vocab]`` tensor), and the
+backward sweeps again, turning each block's logits in place into ``g · (onehot − p)`` and adding its products into the
+gradients of ``h`` and of the weight. That is one matmul more than the plain path, and none of its six passes over
+full-size tensors: on SmolLM2's full fine-tune at 1,083 positions the plain path spent about 2.7 s of a 12.4 s
+one-thread step in them (``docs/benchmarks.md``). A head whose logits fit one block (the tiny model's) keeps the plain
+path, where the recompute would cost more than it saves; so does an entropy that must carry a gradient.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-#: most float32 logits per block (64 positions of a 49,152-word vocabulary), well inside glibc's heap ceiling
+#: most float32 logits per block (e.g. 1,083 positions × 2,904 words), well inside glibc's heap ceiling
 BLOCK_BYTES = 12 << 20
+#: most positions a block spans: more take several sweeps over the vocabulary, each block at least
+#: ``BLOCK_BYTES / (4 × BLOCK_ROWS)`` words wide (1,536), where the block's matmul runs at the machine's rate
+BLOCK_ROWS = 2048
 
 
 def _output_layer(model: Any) -> Any:
@@ -69,11 +78,13 @@ def trained_head(model: Any, positions: int) -> Any:
     return head
 
 
-def block_rows(rows: int, vocab: int) -> int:
-    """Positions per block of logits: ``rows`` split into the fewest blocks of at most :data:`BLOCK_BYTES` of float32
-    logits, as even as they go."""
-    most = max(1, BLOCK_BYTES // (4 * vocab))
-    return -(-rows // -(-rows // most)) if rows else most
+def blocks(rows: int, vocab: int) -> Iterator[tuple[int, int, list[tuple[int, int]]]]:
+    """``(lo, hi, words)``: the positions ``[lo, hi)`` of each chunk of at most :data:`BLOCK_ROWS`, with the
+    ``[start, stop)`` of the words each block of its logits spans (at most :data:`BLOCK_BYTES` of float32)."""
+    for lo in range(0, rows, BLOCK_ROWS):
+        hi = min(lo + BLOCK_ROWS, rows)
+        width = max(1, min(vocab, BLOCK_BYTES // (4 * (hi - lo))))
+        yield lo, hi, [(a, min(a + width, vocab)) for a in range(0, vocab, width)]
 
 
 def frozen_head_logprobs(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor,
@@ -91,37 +102,95 @@ def trained_head_logprobs(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targ
 
 def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor, temperature: float,
              want_grad: bool, lse_M: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Block by block: the logits, their log-softmax in place, the targets' entries, the entropy and, with
-    ``want_grad``, ``(onehot - p) W / temperature``; each position's log-sum-exp of the tempered logits into
-    ``lse_M`` when given."""
+    """The log-probs and entropies in one sweep over the vocabulary's blocks, with a running log-sum-exp (the
+    largest logit ``m``, ``s = Σ exp(z - m)`` and ``w = Σ exp(z - m) (z - m)``, rescaled when ``m`` grows: the
+    entropy is ``log s - w / s``); with ``want_grad``, also ``(onehot - p) W / temperature`` in the same sweep, as
+    ``W[target] - a / s`` with ``a = Σ exp(z - m) W`` rescaled alike (the way flash attention sums its values); each
+    position's log-sum-exp of the tempered logits into ``lse_M`` when given."""
     import torch
 
     M, V = hidden_MH.shape[0], weight_VH.shape[0]
+    scaled_MH = _tempered(hidden_MH, temperature)
     weight_HV = weight_VH.t()
     logprobs_M = hidden_MH.new_empty(M, dtype=torch.float32)
     entropy_M = hidden_MH.new_empty(M, dtype=torch.float32)
+    lse_M = hidden_MH.new_empty(M, dtype=torch.float32) if lse_M is None else lse_M
     grad_MH = hidden_MH.new_empty(M, hidden_MH.shape[1], dtype=torch.float32) if want_grad else None
-    scale = temperature > 0 and temperature != 1.0
-    step = block_rows(M, V)
-    for lo in range(0, M, step):
-        hi = min(lo + step, M)
-        target_C1 = targets_M[lo:hi, None]
-        logp_CV = torch.matmul(hidden_MH[lo:hi], weight_HV).float()
-        if scale:
-            logp_CV.div_(temperature)
-        lse_C1 = torch.logsumexp(logp_CV, dim=-1, keepdim=True)
-        if lse_M is not None:
-            lse_M[lo:hi] = lse_C1[:, 0]
-        logp_CV.sub_(lse_C1)
-        logprobs_M[lo:hi] = logp_CV.gather(1, target_C1)[:, 0]
-        p_CV = logp_CV.exp()
-        entropy_M[lo:hi] = -(p_CV * logp_CV).sum(dim=-1)
+    for lo, hi, words in blocks(M, V):
+        h_CH, t_C = scaled_MH[lo:hi], targets_M[lo:hi]
+        target_C = hidden_MH.new_zeros(hi - lo, dtype=torch.float32)
+        m_C = s_C = w_C = None
+        a_CH = hidden_MH.new_zeros(hi - lo, hidden_MH.shape[1], dtype=torch.float32) if want_grad else None
+        for a, b in words:
+            z_CW = torch.matmul(h_CH, weight_HV[:, a:b]).float()
+            inside_C1, at_C1 = _targets_in(t_C, a, b)
+            target_C += z_CW.gather(1, at_C1)[:, 0] * inside_C1[:, 0]
+            top_C = z_CW.amax(dim=1)
+            if m_C is None:
+                m_C, s_C, w_C = top_C, torch.zeros_like(top_C), torch.zeros_like(top_C)
+            else:  # the running sums move to the larger reference
+                grown_C = torch.maximum(m_C, top_C)
+                rise_C, m_C = grown_C - m_C, grown_C
+                alpha_C = rise_C.neg().exp()
+                s_C, w_C = alpha_C * s_C, alpha_C * (w_C - s_C * rise_C)
+                if a_CH is not None:
+                    a_CH.mul_(alpha_C[:, None])
+            u_CW = z_CW.sub_(m_C[:, None])  # z - m <= 0
+            e_CW = u_CW.exp()
+            s_C = s_C + e_CW.sum(dim=1)
+            w_C = w_C + torch.linalg.vecdot(e_CW, u_CW)
+            if a_CH is not None:
+                a_CH.addmm_(e_CW, weight_VH[a:b].float())
+        log_s_C = s_C.log()
+        lse_M[lo:hi] = m_C + log_s_C
+        logprobs_M[lo:hi] = target_C - lse_M[lo:hi]
+        entropy_M[lo:hi] = log_s_C - w_C / s_C
         if grad_MH is not None:
-            p_CV.neg_().scatter_add_(1, target_C1, p_CV.new_ones(hi - lo, 1))  # onehot - p
-            grad_MH[lo:hi] = torch.matmul(p_CV.to(weight_VH.dtype), weight_VH)
-    if grad_MH is not None and scale:
+            grad_MH[lo:hi] = weight_VH[t_C].float() - a_CH / s_C[:, None]
+    if grad_MH is not None and temperature > 0 and temperature != 1.0:
         grad_MH.div_(temperature)
     return logprobs_M, entropy_M, grad_MH
+
+
+def _tempered(hidden_MH: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``hidden / temperature``, whose products with the weight are the tempered logits."""
+    return hidden_MH / temperature if temperature > 0 and temperature != 1.0 else hidden_MH
+
+
+def _targets_in(t_C: torch.Tensor, a: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(inside_C1, at_C1)``: which targets fall in the words ``[a, b)`` (float 1/0) and their column there (0 for
+    those outside, whose entry the caller multiplies by 0)."""
+    import torch
+
+    inside = (t_C >= a) & (t_C < b)
+    return inside.float()[:, None], torch.where(inside, t_C - a, 0)[:, None]
+
+
+def _sweep(scaled_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor, lse_M: torch.Tensor,
+           g_M: torch.Tensor, temperature: float, with_weight: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The trained head's backward: the gradients of ``sum(g_M * logprobs_M)``, the logits again block by block, each
+    turned in place into ``g · (onehot - p)``: into the hidden states (``· W / temperature``) and, ``with_weight``,
+    into the weight (its transpose ``· hidden / temperature``, which ``scaled_MH`` already is)."""
+    import torch
+
+    M, V = scaled_MH.shape[0], weight_VH.shape[0]
+    weight_HV = weight_VH.t()
+    grad_MH = scaled_MH.new_zeros(M, scaled_MH.shape[1], dtype=torch.float32)
+    grad_VH = torch.zeros_like(weight_VH) if with_weight else None
+    for lo, hi, words in blocks(M, V):
+        h_CH, t_C, lse_C1 = scaled_MH[lo:hi], targets_M[lo:hi], lse_M[lo:hi, None]
+        g_C1 = g_M[lo:hi, None]
+        for a, b in words:
+            d_CW = torch.matmul(h_CH, weight_HV[:, a:b]).float().sub_(lse_C1).exp_().neg_()  # -p
+            inside_C1, at_C1 = _targets_in(t_C, a, b)
+            d_CW.scatter_add_(1, at_C1, inside_C1).mul_(g_C1)  # g (onehot - p)
+            d_CW = d_CW.to(weight_VH.dtype)
+            grad_MH[lo:hi].addmm_(d_CW, weight_VH[a:b])
+            if grad_VH is not None:
+                grad_VH[a:b].addmm_(d_CW.t(), h_CH)
+    if temperature > 0 and temperature != 1.0:
+        grad_MH.div_(temperature)
+    return grad_MH, grad_VH
 
 
 @functools.cache
@@ -150,31 +219,6 @@ def _function() -> Any:
     return _FrozenHead
 
 
-def _trained_backward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor, lse_M: torch.Tensor,
-                      g_M: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(grad_hidden_MH, grad_weight_VH)`` of ``sum(g_M * logprobs_M)``: the logits again, block by block, turned in
-    place into ``g · (onehot - p) / temperature``, then its products with the weight and with the hidden states."""
-    import torch
-
-    M, V = hidden_MH.shape[0], weight_VH.shape[0]
-    scale = temperature > 0 and temperature != 1.0
-    step = block_rows(M, V)
-    d_MV = hidden_MH.new_empty(M, V)
-    weight_HV = weight_VH.t()
-    for lo in range(0, M, step):
-        hi = min(lo + step, M)
-        d_CV = d_MV[lo:hi]
-        torch.matmul(hidden_MH[lo:hi], weight_HV, out=d_CV)
-        if scale:
-            d_CV.div_(temperature)
-        g_C1 = g_M[lo:hi, None]
-        d_CV.sub_(lse_M[lo:hi, None]).exp_().mul_(g_C1.neg())  # -g p
-        d_CV.scatter_add_(1, targets_M[lo:hi, None], g_C1)  # g (onehot - p)
-        if scale:
-            d_CV.div_(temperature)
-    return torch.matmul(d_MV, weight_VH), torch.matmul(d_MV.t(), hidden_MH)
-
-
 @functools.cache
 def _trained_function() -> Any:
     """The autograd function of :func:`trained_head_logprobs`, defined on first use."""
@@ -197,7 +241,8 @@ def _trained_function() -> Any:
             if g_M is None:
                 return None, None, None, None
             hidden_MH, weight_VH, targets_M, lse_M = ctx.saved_tensors
-            grad_MH, grad_VH = _trained_backward(hidden_MH, weight_VH, targets_M, lse_M, g_M.to(hidden_MH.dtype), ctx.temperature)
+            grad_MH, grad_VH = _sweep(_tempered(hidden_MH, ctx.temperature), weight_VH, targets_M, lse_M,
+                                      g_M.float(), ctx.temperature, with_weight=ctx.needs_input_grad[1])
             return (grad_MH.to(hidden_MH.dtype) if ctx.needs_input_grad[0] else None,
                     grad_VH if ctx.needs_input_grad[1] else None, None, None)
 

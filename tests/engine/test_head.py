@@ -1,6 +1,6 @@
 """The output layer fused with the log-softmax (:mod:`skyrl_engine.head`) against the plain path it replaces: frozen
 (LoRA) and trained (full fine-tuning, its weight tied to the embeddings), the same log-probs, entropies and gradients to
-float rounding, over several blocks of positions, with and without a temperature; and the cases it leaves to the plain
+float rounding, over several chunks of positions each swept in several blocks of words, with and without a temperature; and the cases it leaves to the plain
 path (a trained head whose logits fit one block, an entropy with a gradient, a model under DDP)."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from skyrl_engine import head, policy
 def _pass(model, batch, temperature: float, fused: bool, monkeypatch, block_bytes: int, kind: str = "frozen"):
     with monkeypatch.context() as m:
         m.setattr(head, "BLOCK_BYTES", block_bytes)
+        if block_bytes < head.BLOCK_BYTES:  # chunks of 7 positions, each over blocks of 41 words (97 = 41 + 41 + 15)
+            m.setattr(head, "BLOCK_ROWS", 7)
         if not fused:
             m.setattr(policy, f"{kind}_head", lambda *a: None)
         calls = []
@@ -32,7 +34,7 @@ def _pass(model, batch, temperature: float, fused: bool, monkeypatch, block_byte
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-@pytest.mark.parametrize("block_bytes", [head.BLOCK_BYTES, 97 * 4 * 3], ids=["one-block", "blocks-of-3"])
+@pytest.mark.parametrize("block_bytes", [head.BLOCK_BYTES, 7 * 4 * 41], ids=["one-block", "small-blocks"])
 def test_the_fused_head_computes_what_the_plain_path_computes(temperature, block_bytes, monkeypatch):
     torch.set_num_threads(1)
     model = with_adapter(llama_gqa())
@@ -58,9 +60,9 @@ def test_the_fused_trained_head_computes_what_the_plain_path_computes(temperatur
     model = llama_gqa()  # tied embeddings: the output layer's weight is the embedding's, and it trains
     model.train()
     batch = _batch()
-    blocks_of_3 = 97 * 4 * 3
-    got_lp, got_ent, got_grads = _pass(model, batch, temperature, True, monkeypatch, blocks_of_3, kind="trained")
-    want_lp, want_ent, want_grads = _pass(model, batch, temperature, False, monkeypatch, blocks_of_3, kind="trained")
+    small = 7 * 4 * 41
+    got_lp, got_ent, got_grads = _pass(model, batch, temperature, True, monkeypatch, small, kind="trained")
+    want_lp, want_ent, want_grads = _pass(model, batch, temperature, False, monkeypatch, small, kind="trained")
     mask = batch.response_mask_BT.bool()
     assert torch.allclose(got_lp[mask], want_lp[mask], atol=1e-5, rtol=0)
     assert torch.allclose(got_ent[mask], want_ent[mask], atol=1e-5, rtol=0)
@@ -120,3 +122,16 @@ def test_a_head_that_trains_or_an_entropy_with_a_gradient_takes_the_plain_path(m
     policy.response_logprobs(full, batch, 1.0, with_entropy=True)
     _, entropy_BT = policy.response_logprobs(adapted, batch, 1.0, with_entropy=True, entropy_grad=True)
     assert calls == [] and entropy_BT.requires_grad
+
+
+def test_the_blocks_cover_every_position_and_word_once() -> None:
+    """Chunks of at most BLOCK_ROWS positions, each swept over the vocabulary in blocks of at most BLOCK_BYTES."""
+    for rows, vocab in [(1083, 49152), (5000, 49152), (3, 97), (1, 1)]:
+        chunks = list(head.blocks(rows, vocab))
+        assert [(lo, hi) for lo, hi, _ in chunks] == [(lo, min(lo + head.BLOCK_ROWS, rows))
+                                                      for lo in range(0, rows, head.BLOCK_ROWS)]
+        for lo, hi, words in chunks:
+            assert words[0][0] == 0 and words[-1][1] == vocab
+            assert all(b == c for (_, b), (c, _) in zip(words, words[1:], strict=False))
+            assert all((hi - lo) * (b - a) * 4 <= head.BLOCK_BYTES for a, b in words)
+    assert [b - a for a, b in next(head.blocks(1083, 49152))[2]][:1] == [2904]  # SmolLM2's step: 17 blocks
