@@ -63,10 +63,13 @@ def make_optimizer(model: Any, optimizer_config: OptimizerConfig, total_optimize
 
     oc = optimizer_config
     trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters alone
-    # foreach: one grouped op per update stage for all tensors, not a loop over them (torch's default on CPU);
-    # the same values bit for bit, 0.9 against 1.1 ms a step for the tiny model's 26 tensors
+    # fused on the CPU: one pass over each tensor's parameter, gradient and moments, on plain parameters and on
+    # fsdp2's DTensor shards alike (one worker and N ranks must round alike: foreach and fused part in the last bits,
+    # which a two-rank test against one worker sees); SmolLM2's 135 M parameters 0.15 against 0.57 s a step on one
+    # thread. Elsewhere (CUDA) foreach: one grouped op per update stage for all tensors
+    cpu = all(p.device.type == "cpu" for p in trained)
     optimizer = torch.optim.AdamW(trained, lr=oc.lr, betas=tuple(oc.adam_betas), weight_decay=oc.weight_decay,
-                                  foreach=True)
+                                  **({"fused": True} if cpu else {"foreach": True}))
     scheduler = get_scheduler(str(oc.scheduler), optimizer, num_warmup_steps=oc.num_warmup_steps,
                               num_training_steps=max(1, total_optimizer_steps))
     return optimizer, scheduler
