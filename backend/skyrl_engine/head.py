@@ -147,14 +147,19 @@ def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.
         entropy_M[lo:hi] = log_s_C - w_C / s_C
         if grad_MH is not None:
             grad_MH[lo:hi] = weight_VH[t_C].float() - a_CH / s_C[:, None]
-    if grad_MH is not None and temperature > 0 and temperature != 1.0:
+    if grad_MH is not None and _scales(temperature):
         grad_MH.div_(temperature)
     return logprobs_M, entropy_M, grad_MH
 
 
+def _scales(temperature: float) -> bool:
+    """Whether the logits are divided by ``temperature`` (neither 0 nor 1 divides them)."""
+    return temperature > 0 and temperature != 1.0
+
+
 def _tempered(hidden_MH: torch.Tensor, temperature: float) -> torch.Tensor:
     """``hidden / temperature``, whose products with the weight are the tempered logits."""
-    return hidden_MH / temperature if temperature > 0 and temperature != 1.0 else hidden_MH
+    return hidden_MH / temperature if _scales(temperature) else hidden_MH
 
 
 def _targets_in(t_C: torch.Tensor, a: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,7 +193,7 @@ def _sweep(scaled_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Te
             grad_MH[lo:hi].addmm_(d_CW, weight_VH[a:b])
             if grad_VH is not None:
                 grad_VH[a:b].addmm_(d_CW.t(), h_CH)
-    if temperature > 0 and temperature != 1.0:
+    if _scales(temperature):
         grad_MH.div_(temperature)
     return grad_MH, grad_VH
 

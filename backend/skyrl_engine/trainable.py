@@ -99,6 +99,7 @@ def forward_rows(trainer: TrainerConfig) -> int:
 #: elements of a gradient turned to float64 at a time by ``clip_grad_norm`` (8 MiB, inside glibc's heap)
 NORM_CHUNK = 1 << 20
 
+
 class TrainableWorker:
     """One rank of a trained role. Subclasses set :attr:`role`, build ``self.model`` and call
     :meth:`_setup`; they write and read the consolidated weights (:meth:`_write_weights`,
@@ -173,8 +174,8 @@ class TrainableWorker:
         The squares are summed in float64 (then across fsdp2's shards), so the norm, and the clip factor made
         from it, come out the same for one worker and for N ranks whatever order the sum took. A gradient is
         read :data:`NORM_CHUNK` elements at a time: the float64 copies of SmolLM2's 28 M-word embeddings (twice
-        226 MB, past glibc's heap ceiling) came from fresh pages every step, 0.7 s of a one-thread full
-        fine-tuning step; a gradient that fits one chunk (every one of the tiny model's) sums as before."""
+        226 MB, past glibc's heap ceiling) came from fresh pages every step (0.2 s of a 12 s one-thread full
+        fine-tuning step in an A/B); a gradient that fits one chunk (every one of the tiny model's) sums as before."""
         import torch
 
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
