@@ -185,7 +185,7 @@ def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     Np = lay.prompt_flat.shape[0]
 
     def padded(x_N: torch.Tensor, rows: int, width: int, flat: torch.Tensor) -> torch.Tensor:
-        out = x_N.new_zeros((rows * width, *x_N.shape[1:])).index_copy(0, flat, x_N)
+        out = x_N.new_zeros((rows * width, *x_N.shape[1:])).index_copy_(0, flat, x_N)  # in place: no copy of the zeros
         return out.view(rows, width, *x_N.shape[1:])
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -201,14 +201,16 @@ def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
             enable_gqa=heads != k.shape[2])
         return o.transpose(1, 2).reshape(R, Q, heads * d)
 
-    k_prompt = padded(k[:Np], lay.U, lay.P, lay.prompt_flat)
-    v_prompt = padded(v[:Np], lay.U, lay.P, lay.prompt_flat)
-    o_prompt = attend(padded(q[:Np], lay.U, lay.P, lay.prompt_flat), k_prompt, v_prompt, lay.bias_prompt)
+    # split, not sliced: a slice's backward writes its gradient into zeros of the whole; split's joins the parts
+    (q_p, q_r), (k_p, k_r), (v_p, v_r) = (x.split([Np, x.shape[0] - Np]) for x in (q, k, v))
+    k_prompt = padded(k_p, lay.U, lay.P, lay.prompt_flat)
+    v_prompt = padded(v_p, lay.U, lay.P, lay.prompt_flat)
+    o_prompt = attend(padded(q_p, lay.U, lay.P, lay.prompt_flat), k_prompt, v_prompt, lay.bias_prompt)
     # index_select, not x[index]: its backward is an index_add_, where indexing's is an accumulating index_put_
     # (slower on CPU, and sorted first under the deterministic mode the workers run in)
-    k_resp = torch.cat([k_prompt.index_select(0, lay.inverse_B), padded(k[Np:], lay.B, lay.T, lay.resp_flat)], dim=1)
-    v_resp = torch.cat([v_prompt.index_select(0, lay.inverse_B), padded(v[Np:], lay.B, lay.T, lay.resp_flat)], dim=1)
-    o_resp = attend(padded(q[Np:], lay.B, lay.T, lay.resp_flat), k_resp, v_resp, lay.bias_resp)
+    k_resp = torch.cat([k_prompt.index_select(0, lay.inverse_B), padded(k_r, lay.B, lay.T, lay.resp_flat)], dim=1)
+    v_resp = torch.cat([v_prompt.index_select(0, lay.inverse_B), padded(v_r, lay.B, lay.T, lay.resp_flat)], dim=1)
+    o_resp = attend(padded(q_r, lay.B, lay.T, lay.resp_flat), k_resp, v_resp, lay.bias_resp)
     o = torch.cat([o_prompt.reshape(lay.U * lay.P, -1).index_select(0, lay.prompt_flat),
                    o_resp.reshape(lay.B * lay.T, -1).index_select(0, lay.resp_flat)])
     return o.view(1, o.shape[0], query.shape[1], d), None
