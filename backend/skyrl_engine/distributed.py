@@ -27,7 +27,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-__all__ = ["DistributedContext", "node_id", "rank_slice", "rendezvous_address", "resident_bytes"]
+__all__ = ["DistributedContext", "local_shard", "node_id", "rank_slice", "rendezvous_address", "resident_bytes"]
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -204,11 +204,11 @@ class DistributedContext:
 
 def resident_bytes(model: Any, optimizer: Any) -> int:
     """Bytes of the parameters and optimizer state this process holds (its own shards under fsdp2)."""
-    total = sum(_local(p).numel() * _local(p).element_size() for p in model.parameters())
+    total = sum(local_shard(p).numel() * local_shard(p).element_size() for p in model.parameters())
     for state in optimizer.state.values():
         for value in state.values():
             if hasattr(value, "numel"):
-                total += _local(value).numel() * _local(value).element_size()
+                total += local_shard(value).numel() * local_shard(value).element_size()
     return total
 
 
@@ -220,7 +220,7 @@ class _Unwrapped(Exception):
         self.reason = reason
 
 
-def _local(tensor: Any) -> Any:
+def local_shard(tensor: Any) -> Any:
     """A DTensor's local shard; any other tensor itself."""
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 

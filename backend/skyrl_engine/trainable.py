@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyrl_engine.distributed import (
     DistributedContext,
+    local_shard,
     node_id,
     rank_slice,
     rendezvous_address,
@@ -181,7 +182,7 @@ class TrainableWorker:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         squares = torch.zeros((), dtype=torch.float64)
         for grad in grads:
-            flat = (grad.to_local() if hasattr(grad, "to_local") else grad).detach().reshape(-1)
+            flat = local_shard(grad).detach().reshape(-1)
             for lo in range(0, flat.numel(), NORM_CHUNK):
                 squares += flat[lo:lo + NORM_CHUNK].double().pow(2).sum().cpu()
         if any(hasattr(grad, "to_local") for grad in grads):  # fsdp2: each rank holds a shard (ddp: a replica)
