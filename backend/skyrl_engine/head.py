@@ -101,12 +101,12 @@ def trained_head_logprobs(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targ
 
 
 def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor, temperature: float,
-             want_grad: bool, lse_M: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+             want_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The log-probs and entropies in one sweep over the vocabulary's blocks, with a running log-sum-exp (the
     largest logit ``m``, ``s = Σ exp(z - m)`` and ``w = Σ exp(z - m) (z - m)``, rescaled when ``m`` grows: the
     entropy is ``log s - w / s``); with ``want_grad``, also ``(onehot - p) W / temperature`` in the same sweep, as
-    ``W[target] - a / s`` with ``a = Σ exp(z - m) W`` rescaled alike (the way flash attention sums its values); each
-    position's log-sum-exp of the tempered logits into ``lse_M`` when given."""
+    ``W[target] - a / s`` with ``a = Σ exp(z - m) W`` rescaled alike (the way flash attention sums its values).
+    ``(logprobs_M, entropy_M, lse_M, grad_MH)``, ``lse_M`` each position's log-sum-exp of the tempered logits."""
     import torch
 
     M, V = hidden_MH.shape[0], weight_VH.shape[0]
@@ -114,7 +114,7 @@ def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.
     weight_HV = weight_VH.t()
     logprobs_M = hidden_MH.new_empty(M, dtype=torch.float32)
     entropy_M = hidden_MH.new_empty(M, dtype=torch.float32)
-    lse_M = hidden_MH.new_empty(M, dtype=torch.float32) if lse_M is None else lse_M
+    lse_M = hidden_MH.new_empty(M, dtype=torch.float32)
     grad_MH = hidden_MH.new_empty(M, hidden_MH.shape[1], dtype=torch.float32) if want_grad else None
     for lo, hi, words in blocks(M, V):
         h_CH, t_C = scaled_MH[lo:hi], targets_M[lo:hi]
@@ -149,7 +149,7 @@ def _forward(hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.
             grad_MH[lo:hi] = weight_VH[t_C].float() - a_CH / s_C[:, None]
     if grad_MH is not None and _scales(temperature):
         grad_MH.div_(temperature)
-    return logprobs_M, entropy_M, grad_MH
+    return logprobs_M, entropy_M, lse_M, grad_MH
 
 
 def _scales(temperature: float) -> bool:
@@ -207,8 +207,8 @@ def _function() -> Any:
         @staticmethod
         def forward(ctx: Any, hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor,
                     temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-            logprobs_M, entropy_M, grad_MH = _forward(hidden_MH, weight_VH, targets_M, temperature,
-                                                      want_grad=ctx.needs_input_grad[0])
+            logprobs_M, entropy_M, _, grad_MH = _forward(hidden_MH, weight_VH, targets_M, temperature,
+                                                         want_grad=ctx.needs_input_grad[0])
             ctx.save_for_backward(grad_MH)
             ctx.mark_non_differentiable(entropy_M)
             ctx.hidden_dtype = hidden_MH.dtype
@@ -233,9 +233,7 @@ def _trained_function() -> Any:
         @staticmethod
         def forward(ctx: Any, hidden_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Tensor,
                     temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-            lse_M = hidden_MH.new_empty(hidden_MH.shape[0], dtype=torch.float32)
-            logprobs_M, entropy_M, _ = _forward(hidden_MH, weight_VH, targets_M, temperature, want_grad=False,
-                                                lse_M=lse_M)
+            logprobs_M, entropy_M, lse_M, _ = _forward(hidden_MH, weight_VH, targets_M, temperature, want_grad=False)
             ctx.save_for_backward(hidden_MH, weight_VH, targets_M, lse_M)
             ctx.temperature = temperature
             ctx.mark_non_differentiable(entropy_M)

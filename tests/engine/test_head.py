@@ -1,7 +1,8 @@
 """The output layer fused with the log-softmax (:mod:`skyrl_engine.head`) against the plain path it replaces: frozen
 (LoRA) and trained (full fine-tuning, its weight tied to the embeddings), the same log-probs, entropies and gradients to
-float rounding, over several chunks of positions each swept in several blocks of words, with and without a temperature; and the cases it leaves to the plain
-path (a trained head whose logits fit one block, an entropy with a gradient, a model under DDP)."""
+float rounding, over several chunks of positions each swept in several blocks of words, with and without a temperature;
+and the cases it leaves to the plain path (a trained head whose logits fit one block, an entropy with a gradient, a model
+under DDP)."""
 
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def test_without_grad_it_keeps_nothing_for_a_backward(monkeypatch):
         want, _ = policy.response_logprobs(model, batch, 0.7)
     assert not got.requires_grad and torch.allclose(got, want, atol=1e-5, rtol=0)
     hidden = torch.randn(5, 48)
-    _, _, grad = head._forward(hidden, torch.randn(97, 48), torch.tensor([0, 1, 2, 3, 96]), 0.7, want_grad=False)
+    _, _, _, grad = head._forward(hidden, torch.randn(97, 48), torch.tensor([0, 1, 2, 3, 96]), 0.7, want_grad=False)
     assert grad is None
 
 
