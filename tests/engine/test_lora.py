@@ -190,8 +190,11 @@ def test_the_fused_lora_forward_is_peft_s_and_steps_aside_where_it_does_not_appl
 
     torch.set_num_threads(1)
     model = with_adapter(llama_gqa() if arch == "llama-gqa" else load_model(tiny_model_dir)).train()
-    fused = [m for m in model.modules() if "forward" in vars(m)]
+    fused = [m for m in model.modules() if "forward" in vars(m) and vars(m)["forward"].__func__ is lora._fused_forward]
     assert len(fused) == sum(1 for n, _ in model.named_modules() if n.endswith(".lora_A"))  # every adapted layer
+    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]  # frozen: the closed-form backward
+    assert norms and all(vars(m)["forward"].__func__ is lora._frozen_norm_forward for m in norms)
+    assert len([m for m in model.modules() if "forward" in vars(m)]) == len(fused) + len(norms)
     assert any(m.base_layer.bias is not None for m in fused) == (arch == "tiny-qwen2")
     reference = copy.deepcopy(model)
     for m in reference.modules():
@@ -213,6 +216,12 @@ def test_the_fused_lora_forward_is_peft_s_and_steps_aside_where_it_does_not_appl
         assert (got_grads[name] - g).abs().max().item() <= 1e-5 * max(1.0, g.abs().max().item()), name
     x = torch.randn(2, 5, fused[0].in_features, requires_grad=True)
     assert type(fused[0](x).grad_fn).__name__ == "LoraLinearBackward"  # the fused node, not PEFT's four
+    h = torch.randn(2, 5, norms[0].weight.shape[0], requires_grad=True)
+    assert type(norms[0](h).grad_fn).__name__ == "FrozenNormBackward"
+    assert torch.equal(norms[0](h), type(norms[0]).forward(norms[0], h))  # transformers' forward, op for op
+    norms[0].weight.requires_grad_(True)  # a norm that trains: its own forward, which gives its weight a gradient
+    assert type(norms[0](h).grad_fn).__name__ != "FrozenNormBackward"
+    norms[0].weight.requires_grad_(False)
     with model.disable_adapter():  # disabled adapters: PEFT's path, the base model's output
         off = model(input_ids=ids).logits
         assert type(fused[0](x).grad_fn).__name__ != "LoraLinearBackward"
