@@ -117,7 +117,12 @@ def fuse_forward(peft_model: Any) -> None:
 
     A layer keeps PEFT's own forward on any call the fused one does not cover: adapters disabled or merged, a
     second or variant (DoRA) adapter, dropout, extra arguments, mixed dtypes (PEFT keeps adapters in float32
-    over a bf16 model), autocast, a base weight or bias that trains. The result equals PEFT's to float rounding (the sum is formed in another order)."""
+    over a bf16 model), autocast, a base weight or bias that trains. The result equals PEFT's to float rounding (the
+    sum is formed in another order).
+
+    Each RMS norm of Llama's form (:func:`_llama_norm`) gets :func:`_frozen_norm_forward`: while its weight is frozen,
+    as LoRA leaves it, one autograd node with a closed-form backward (:func:`_norm_function`), the same output and
+    its gradient to float rounding."""
     import types
 
     import torch
