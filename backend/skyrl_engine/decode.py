@@ -45,9 +45,14 @@ def lean_layout(model: Any) -> Any:
     return model
 
 
+def model_file(attn: Any) -> Any:
+    """An attention module's own transformers model file (``modeling_llama``, ...), whose functions it calls."""
+    return sys.modules[type(attn).__module__]
+
+
 def rotary_of(attn: Any) -> Any:
     """The ``apply_rotary_pos_emb`` of an attention module's own transformers model file."""
-    return sys.modules[type(attn).__module__].apply_rotary_pos_emb
+    return model_file(attn).apply_rotary_pos_emb
 
 
 def lean_decoder(model: Any) -> LeanDecoder | None:

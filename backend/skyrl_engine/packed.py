@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from skyrl_engine.decode import lean_layout
+from skyrl_engine.decode import lean_layout, model_file
 from skyrl_engine.sampler import distinct_rows, position_ids_from_mask
 
 if TYPE_CHECKING:
@@ -158,7 +157,7 @@ class PackedForward:
     def _rotary(self) -> Iterator[None]:
         """The attention layers rotate their queries and keys through :func:`rotate_qk` while the block runs (their
         model file's ``apply_rotary_pos_emb``, which they look up at each call, is swapped for the call)."""
-        module = sys.modules[type(self.base.model.layers[0].self_attn).__module__]
+        module = model_file(self.base.model.layers[0].self_attn)
         was = getattr(module, "apply_rotary_pos_emb", None)
         if was is None or not _same_rotary(was):
             yield

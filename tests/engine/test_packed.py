@@ -123,14 +123,13 @@ def test_masks_it_does_not_know_take_the_padded_pass(monkeypatch):
 
 
 def test_the_rotary_node_gives_transformers_values_and_gradients_bit_for_bit(monkeypatch):
-    import sys
-
     from skyrl_engine import packed as packed_mod
+    from skyrl_engine.decode import model_file
 
     torch.set_num_threads(1)
     model = llama_gqa().train()
-    model_file = sys.modules[type(model.model.layers[0].self_attn).__module__]
-    own = model_file.apply_rotary_pos_emb
+    own_file = model_file(model.model.layers[0].self_attn)
+    own = own_file.apply_rotary_pos_emb
     rotate_qk, seen = packed_mod.rotate_qk, []
     monkeypatch.setattr(packed_mod, "rotate_qk", lambda *args: seen.append(args) or rotate_qk(*args))
     runs = {}
@@ -138,7 +137,7 @@ def test_the_rotary_node_gives_transformers_values_and_gradients_bit_for_bit(mon
         with monkeypatch.context() as m:
             m.setattr(packed_mod, "_same_rotary", lambda apply, same=same: same)
             runs[name] = _pass(model, _batch(), share=True, padded=False, monkeypatch=monkeypatch)
-        assert model_file.apply_rotary_pos_emb is own  # the model file's own again after the call
+        assert own_file.apply_rotary_pos_emb is own  # the model file's own again after the call
     assert seen  # the packed pass went through the node
     (lp, ent, grads), (want_lp, want_ent, want_grads) = runs["node"], runs["transformers"]
     assert torch.equal(lp, want_lp) and torch.equal(ent, want_ent)
