@@ -175,7 +175,8 @@ def _sweep(scaled_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Te
            g_M: torch.Tensor, temperature: float, with_weight: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The trained head's backward: the gradients of ``sum(g_M * logprobs_M)``, the logits again block by block, each
     turned in place into ``g · (onehot - p)``: into the hidden states (``· W / temperature``) and, ``with_weight``,
-    into the weight (its transpose ``· hidden / temperature``, which ``scaled_MH`` already is)."""
+    into the weight (its transpose ``· hidden / temperature``, which ``scaled_MH`` already is). All float32, the only
+    type :func:`trained_head` takes."""
     import torch
 
     M, V = scaled_MH.shape[0], weight_VH.shape[0]
@@ -186,10 +187,9 @@ def _sweep(scaled_MH: torch.Tensor, weight_VH: torch.Tensor, targets_M: torch.Te
         h_CH, t_C, lse_C1 = scaled_MH[lo:hi], targets_M[lo:hi], lse_M[lo:hi, None]
         g_C1 = g_M[lo:hi, None]
         for a, b in words:
-            d_CW = torch.matmul(h_CH, weight_HV[:, a:b]).float().sub_(lse_C1).exp_().neg_()  # -p
+            d_CW = torch.matmul(h_CH, weight_HV[:, a:b]).sub_(lse_C1).exp_().neg_()  # -p
             inside_C1, at_C1 = _targets_in(t_C, a, b)
             d_CW.scatter_add_(1, at_C1, inside_C1).mul_(g_C1)  # g (onehot - p)
-            d_CW = d_CW.to(weight_VH.dtype)
             grad_MH[lo:hi].addmm_(d_CW, weight_VH[a:b])
             if grad_VH is not None:
                 grad_VH[a:b].addmm_(d_CW.t(), h_CH)
@@ -245,8 +245,7 @@ def _trained_function() -> Any:
                 return None, None, None, None
             hidden_MH, weight_VH, targets_M, lse_M = ctx.saved_tensors
             grad_MH, grad_VH = _sweep(_tempered(hidden_MH, ctx.temperature), weight_VH, targets_M, lse_M,
-                                      g_M.float(), ctx.temperature, with_weight=ctx.needs_input_grad[1])
-            return (grad_MH.to(hidden_MH.dtype) if ctx.needs_input_grad[0] else None,
-                    grad_VH if ctx.needs_input_grad[1] else None, None, None)
+                                      g_M, ctx.temperature, with_weight=ctx.needs_input_grad[1])
+            return grad_MH if ctx.needs_input_grad[0] else None, grad_VH, None, None
 
     return _TrainedHead
