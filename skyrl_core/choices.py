@@ -126,6 +126,14 @@ class Precision(StrEnum):
     BF16, FP16, FP32 = "bf16", "fp16", "fp32"
 
 
+class BasePrecision(StrEnum):
+    """``trainer.lora_base_precision``: how the matmuls through LoRA's frozen base weights are computed on a CPU.
+    ``fp32`` (the default) all in float32; ``bf16`` from bfloat16 copies of the inputs and the weights, accumulated
+    in float32 (the adapters, activations, norms, attention and head stay float32); ``auto`` is ``bf16`` on a CPU
+    with AMX-BF16 tiles (4th-generation Xeon and later), ``fp32`` elsewhere."""
+    FP32, BF16, AUTO = "fp32", "bf16", "auto"
+
+
 class Engine(StrEnum):
     """``run.engine``: who trains. ``skyrl_nb`` is this project's engine (``python -m skyrl_engine train``);
     ``skyrl`` runs SkyRL's own trainer through the bridge (``python -m skyrl_engine.skyrl_bridge``) with the

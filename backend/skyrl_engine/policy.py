@@ -229,8 +229,13 @@ class PolicyWorker(TrainableWorker):
         self.model_path = model_path
         self.lora = t.policy.model.lora if lora.enabled(t.policy.model.lora) else None
         self.model = load_model(model_path)
+        self.base_precision = "fp32"  # the frozen base matmuls' (trainer.lora_base_precision, resolved)
         if self.lora is not None:
             self.model = lora.wrap(self.model, self.lora, int(t.seed))
+            self.base_precision = lora.base_precision(str(t.lora_base_precision), next(self.model.parameters()).device.type)
+            lora.set_base_precision(self.model, self.base_precision)
+            if str(t.lora_base_precision) == "auto":
+                print(f"[skyrl_engine] trainer.lora_base_precision=auto: {self.base_precision}", flush=True)
         self.model.train()
         self._setup(t.policy.optimizer_config, t.policy.fsdp_config,
                     total_steps * updates_per_step(t, t.policy_mini_batch_size), rank, world_size)

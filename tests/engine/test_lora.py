@@ -232,3 +232,58 @@ def test_the_fused_lora_forward_is_peft_s_and_steps_aside_where_it_does_not_appl
         assert type(fused[0](x).grad_fn).__name__ != "LoraLinearBackward"
     fused[0].base_layer.weight.requires_grad_(True)  # a base weight that trains: PEFT's path, which gives it its grad
     assert type(fused[0](x).grad_fn).__name__ != "LoraLinearBackward"
+
+
+def test_bf16_base_products_round_only_the_frozen_matmuls_and_follow_the_weight(tiny_model_dir, tmp_path):
+    """``trainer.lora_base_precision=bf16``: the frozen ``x W0ᵀ`` and ``g W0`` from bfloat16 copies, accumulated in
+    float32; the adapters' products and every gradient of ``A`` and ``B`` stay float32. ``auto`` resolves to bf16
+    exactly where the CPU has AMX tiles."""
+    from skyrl_engine.models import load_model
+    from skyrl_engine.policy import PolicyWorker
+
+    torch.set_num_threads(1)
+    model = with_adapter(load_model(tiny_model_dir)).train()
+    layer = next(m for m in model.modules() if "forward" in vars(m) and vars(m)["forward"].__func__ is lora._fused_forward)
+    base, a, b, s = layer.base_layer, layer.lora_A["default"].weight, layer.lora_B["default"].weight, layer.scaling["default"]
+    assert base.bias is not None and b.abs().sum() > 0  # tiny Qwen2's q_proj: a bias, and an adapter that acts
+    x = torch.randn(2, 5, base.in_features, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    g = torch.randn(2, 5, base.out_features, generator=torch.Generator().manual_seed(2))
+
+    def run():
+        x.grad = a.grad = b.grad = None
+        y = layer(x)
+        y.backward(g)
+        return y.detach(), x.grad, a.grad, b.grad
+
+    fp32 = run()
+    lora.set_base_precision(model, "bf16")
+    bf16 = run()
+    x_NI, g_NO, wb = x.detach().reshape(-1, base.in_features), g.reshape(-1, base.out_features), base.weight.bfloat16()
+
+    def product(rows, w):  # bfloat16 inputs, rows zero-padded to the bucket oneDNN sees (lora._BF16_ROWS)
+        padded = torch.zeros(lora._BF16_ROWS, rows.shape[1], dtype=torch.bfloat16)
+        padded[:len(rows)] = rows
+        return (padded @ w)[:len(rows)].float()
+
+    want_y = product(x_NI, wb.t()) + base.bias
+    want_y.addmm_(x_NI @ a.t(), b.t(), alpha=s)
+    assert torch.equal(bf16[0], want_y.view_as(bf16[0]))
+    want_dx = product(g_NO, wb).addmm_((g_NO @ b).mul_(s), a)
+    assert torch.equal(bf16[1], want_dx.view_as(bf16[1]))
+    assert torch.equal(bf16[2], fp32[2]) and torch.equal(bf16[3], fp32[3])  # the adapters' own products: float32
+    assert 0 < (bf16[0] - fp32[0]).abs().max() <= 2e-2 * fp32[0].abs().max()  # bfloat16 rounding, no more
+    with torch.no_grad():
+        base.weight.mul_(2)  # written in place: the bfloat16 copy is remade
+    assert torch.allclose(run()[0] - bf16[0], product(x_NI, wb.t()).view_as(bf16[0]), atol=1e-5)
+    with torch.no_grad():
+        base.weight.div_(2)
+    lora.set_base_precision(model, "fp32")
+    assert torch.equal(run()[0], fp32[0])
+
+    assert lora.base_precision("fp32") == "fp32" and lora.base_precision("bf16") == "bf16"
+    amx = "bf16" if torch.cpu._is_amx_tile_supported() else "fp32"
+    assert lora.base_precision("auto") == amx and lora.base_precision("auto", "cuda") == "fp32"
+    cfg = _cfg(tmp_path, tiny_model_dir, "bf16", "trainer.lora_base_precision=auto")
+    worker = PolicyWorker(tiny_model_dir, cfg.trainer, 1.0, 1, num_threads=1)
+    flags = {getattr(m, lora._BF16_FLAG) for m in worker.model.modules() if hasattr(m, lora._BF16_FLAG)}
+    assert worker.base_precision == amx and flags == {amx == "bf16"}

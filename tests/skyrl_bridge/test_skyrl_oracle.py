@@ -379,7 +379,8 @@ def test_the_changes_are_the_stated_ones(skyrl_side: dict) -> None:
             "run.engine"} <= set(t.not_sent)
     lacking = set(LACKING.get(release(skyrl_side["version"]), {}))
     assert all(k.startswith(("run.", "reward.", "trainer.alerts.")) or k in lacking
-               or k in ("trainer.num_threads", "trainer.share_prompt_prefix", "data.columns", "environment.shipped")
+               or k in ("trainer.num_threads", "trainer.share_prompt_prefix", "trainer.lora_base_precision", "data.columns",
+                        "environment.shipped")
                for k in t.not_sent)
     assert lacking <= set(t.not_sent)  # 0.3: cispo_anchor at 'old' is not sent
     gae_cfg, gae = skyrl_side["translations"]["estimator:gae"]
