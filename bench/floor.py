@@ -3,9 +3,9 @@ from what the hardware allows, measured in one run.
 
 One command, one result file. In the same process, back to back:
 
-1. **The machine**: fp32 matmul throughput (GFLOP/s, best of several ``torch.mm`` at the model's own training
-   shape ``[tokens, hidden] x [hidden, intermediate]``) and memory read bandwidth (GB/s, best of several sums over
-   a buffer far larger than the caches), with the threads the engine uses.
+1. **The machine**: fp32 and bf16 matmul throughput (GFLOP/s, best of several ``torch.mm`` at the model's own
+   training shape ``[tokens, hidden] x [hidden, intermediate]``) and memory read bandwidth (GB/s, best of several sums
+   over a buffer far larger than the caches), with the threads the engine uses.
 2. **A real step**: the preset's steps through the engine in this process (``skyrl_engine.build``, every role
    here, ``trainer.num_threads`` threads), timed by the engine's own ``timing/*`` metrics; each step's real
    shapes (prompts, distinct prompts, every sample's response length) are kept from its rollouts.
@@ -21,6 +21,9 @@ One command, one result file. In the same process, back to back:
      the response positions only (the only logits the loss needs);
    - *backward*: full fine-tuning ``2 x forward`` (input and weight gradients); LoRA ``1 x forward`` (input
      gradients through the frozen weights; the adapters' own are negligible);
+   - with ``trainer.lora_base_precision`` at bf16 (the ``smollm2`` preset's ``auto`` on a CPU with AMX) the decoder's
+     frozen matmuls, forward and backward, count at the **bf16** rate, the head and attention at fp32's: the floor
+     of the step as it computes, not of a float32 step;
    - *optimizer*: AdamW reads and writes parameter, gradient and both moments of every trainable weight.
    The attention products (``4 x layers x hidden x context`` per token) are added to each; they are small here.
 
@@ -29,7 +32,7 @@ extra no-grad forward when the algorithm needs old log-probs: several mini-batch
 median step's time over the floor of the same step's shapes. Steps 1 and 2 are reported but not counted (the first
 pays one-time allocations).
 
-    .venv/bin/python -m bench floor --model smollm2 [--lora | --full] [--steps 5]
+    .venv/bin/python -m bench floor --model smollm2 [--lora | --full] [--steps 5] [--base-precision fp32]
     .venv/bin/python -m bench floor --model tiny --steps 20
 """
 
@@ -58,6 +61,7 @@ GOALS = {"generate": 3.0, "policy_train": 1.5}  # issue 38: the smollm2 LoRA ste
 class Machine:
     threads: int
     matmul_gflops: float  # fp32, at the model's training shape
+    matmul_bf16_gflops: float  # bf16 inputs (fp32 accumulation), the same shape: AMX where the CPU has it
     decode_gflops: float  # fp32, at the decode shape [rows, hidden] x [hidden, intermediate]
     read_gbs: float
 
@@ -65,8 +69,8 @@ class Machine:
     def measure(cls, hidden: int, intermediate: int, tokens: int, rows: int) -> Machine:
         import torch
 
-        def best_gflops(m: int, reps: int) -> float:
-            a, b = torch.randn(m, hidden), torch.randn(hidden, intermediate)
+        def best_gflops(m: int, reps: int, dtype: Any = torch.float32) -> float:
+            a, b = torch.randn(m, hidden, dtype=dtype), torch.randn(hidden, intermediate, dtype=dtype)
             a @ b  # warm
             best = float("inf")
             for _ in range(5):
@@ -83,7 +87,8 @@ class Machine:
             t = time.perf_counter()
             buf.sum()
             best = min(best, time.perf_counter() - t)
-        return cls(torch.get_num_threads(), round(best_gflops(tokens, 3), 1), round(best_gflops(rows, 50), 1),
+        return cls(torch.get_num_threads(), round(best_gflops(tokens, 3), 1),
+                   round(best_gflops(tokens, 3, torch.bfloat16), 1), round(best_gflops(rows, 50), 1),
                    round(buf.numel() * 4 / best / 1e9, 2))
 
 
@@ -132,17 +137,19 @@ def generate_floor(s: Shapes, m: Machine, prompt_lens: list[int], distinct_promp
 
 
 def train_floor(s: Shapes, m: Machine, prompt_lens: list[int], distinct_prompt_lens: list[int], response_lens: list[int],
-                extra_forward: bool, share_prompt: bool) -> dict[str, float]:
+                extra_forward: bool, share_prompt: bool, bf16_base: bool = False) -> dict[str, float]:
     """Seconds: the policy update on one step's samples (module docstring). ``share_prompt``
-    (``trainer.share_prompt_prefix``): each distinct prompt goes through the model once, as the trainer does."""
+    (``trainer.share_prompt_prefix``): each distinct prompt goes through the model once, as the trainer does;
+    ``bf16_base``: LoRA's frozen decoder matmuls run in bf16 (``trainer.lora_base_precision``), at its rate."""
     prompts = distinct_prompt_lens if share_prompt else prompt_lens
     context = zip(prompt_lens, response_lens, strict=True)  # a response token attends over its prompt and what precedes it
     attention = (sum(s.attention_flops(p) * p / 2 for p in prompts)
                  + sum(s.attention_flops(p + r / 2) * r for p, r in context))
-    fwd_flops = 2.0 * s.linear * (sum(prompts) + sum(response_lens)) + 2.0 * s.head * sum(response_lens) + attention
-    rate = m.matmul_gflops * 1e9
-    forward = fwd_flops / rate
-    backward = (1.0 if s.lora else 2.0) * fwd_flops / rate
+    linear_flops = 2.0 * s.linear * (sum(prompts) + sum(response_lens))
+    other_flops = 2.0 * s.head * sum(response_lens) + attention
+    rate, linear_rate = m.matmul_gflops * 1e9, (m.matmul_bf16_gflops if bf16_base else m.matmul_gflops) * 1e9
+    forward = linear_flops / linear_rate + other_flops / rate
+    backward = (1.0 if s.lora else 2.0) * forward
     optimizer = 4 * 2 * 4.0 * s.trainable / (m.read_gbs * 1e9)  # p, grad, m, v read and written, fp32
     out = {"forward": forward, "backward": backward, "optimizer": optimizer, "old_logprobs": forward if extra_forward else 0.0}
     out["policy_train"] = sum(out.values())
@@ -157,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     arm.add_argument("--full", action="store_true", help="full fine-tuning (bench/real_model.py's full arm)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: every core, as the preset)")
+    parser.add_argument("--base-precision", choices=["fp32", "bf16", "auto"], default=None,
+                        help="trainer.lora_base_precision (default: the preset's); the result file gets its name")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
 
@@ -165,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     from skyrl_engine.policy import set_torch_threads, single_pass
 
     preset, overrides = MODELS[args.model]
-    overrides = [*overrides, *(FULL if args.full else [])]
+    overrides = [*overrides, *(FULL if args.full else []),
+                 *([f"trainer.lora_base_precision={args.base_precision}"] if args.base_precision else [])]
     tmp = tempfile.mkdtemp(prefix="bench-floor-")
     cfg = load_config(preset, [*overrides, f"run.run_root={tmp}", "run.run_id=floor", "trainer.eval_interval=0",
                                "trainer.eval_before_train=false", "trainer.ckpt_interval=0",
@@ -174,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = build(cfg, total_steps=args.steps, in_process=True)
     trainer = engine.trainer
     shapes = Shapes.of(trainer.workers.policy.worker.unwrapped)
+    base_precision = trainer.workers.policy.worker.base_precision  # the resolved setting, "fp32" without LoRA
     t = cfg.trainer
     rows_per_step, n = t.train_batch_size, cfg.generator.n_samples_per_prompt
     extra_forward = not single_pass(t, rows_per_step * n, n)
@@ -213,14 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         s["floor"] = {k: round(v, 4) for k, v in {
             **generate_floor(shapes, machine, s["prompt_lens"], s["distinct_prompt_lens"], s["response_lens"]),
             **train_floor(shapes, machine, s["prompt_lens"], s["distinct_prompt_lens"], s["response_lens"],
-                          extra_forward, t.share_prompt_prefix)}.items()}
+                          extra_forward, t.share_prompt_prefix, base_precision == "bf16")}.items()}
     ratios = {phase: round(statistics.median(s[f"{phase}_s"] / s["floor"][phase] for s in counted), 2)
               for phase in ("generate", "policy_train")}
     arm_name = "full" if args.full else ("lora" if shapes.lora else "full")
     result = {
         "bench": "floor", "model": args.model, "arm": arm_name, "preset": preset, "overrides": overrides,
         "machine": asdict(machine), "cpu": platform.processor() or platform.machine(), "shapes": asdict(shapes),
-        "extra_forward": extra_forward, "steps_counted": [s["step"] for s in counted],
+        "extra_forward": extra_forward, "base_precision": base_precision, "steps_counted": [s["step"] for s in counted],
         "ratio_to_floor": ratios,
         "median_s": {p: round(statistics.median(s[f"{p}_s"] for s in counted), 3) for p in ("generate", "policy_train")},
         "median_floor_s": {p: round(statistics.median(s["floor"][p] for s in counted), 3)
@@ -229,9 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         "goals": GOALS if args.model == "smollm2" and arm_name == "lora" else None,
         "load_avg_1m": os.getloadavg()[0], "threads": threads, "steps": steps,
     }
-    path = args.out or str(RESULTS / f"floor_{args.model}_{arm_name}.json")
+    suffix = f"_{args.base_precision}" if args.base_precision else ""
+    path = args.out or str(RESULTS / f"floor_{args.model}_{arm_name}{suffix}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
-    print(json.dumps({k: result[k] for k in ("model", "arm", "machine", "ratio_to_floor", "median_s", "median_floor_s",
+    print(json.dumps({k: result[k] for k in ("model", "arm", "base_precision", "machine", "ratio_to_floor", "median_s",
+                                             "median_floor_s",
                                              "load_avg_1m")}))
     return 0
