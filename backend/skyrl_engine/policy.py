@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from skyrl_engine import algorithms, lora
+from skyrl_engine import algorithms, lora, lora_forward
 from skyrl_engine.head import frozen_head, frozen_head_logprobs, trained_head, trained_head_logprobs
 from skyrl_engine.lora import (
     adapter_of,
@@ -232,8 +232,9 @@ class PolicyWorker(TrainableWorker):
         self.base_precision = "fp32"  # the frozen base matmuls' (trainer.lora_base_precision, resolved)
         if self.lora is not None:
             self.model = lora.wrap(self.model, self.lora, int(t.seed))
-            self.base_precision = lora.base_precision(str(t.lora_base_precision), next(self.model.parameters()).device.type)
-            lora.set_base_precision(self.model, self.base_precision)
+            device = next(self.model.parameters()).device.type
+            self.base_precision = lora_forward.base_precision(str(t.lora_base_precision), device)
+            lora_forward.set_base_precision(self.model, self.base_precision)
             if str(t.lora_base_precision) == "auto":
                 print(f"[skyrl_engine] trainer.lora_base_precision=auto: {self.base_precision}", flush=True)
         self.model.train()

@@ -16,7 +16,7 @@ from small_models import llama_gqa, with_adapter
 
 from skyrl_core.config import load_config
 from skyrl_core.runs import RunReader
-from skyrl_engine import lora
+from skyrl_engine import lora, lora_forward
 from skyrl_engine.build import build
 
 RANK = 4
@@ -190,10 +190,10 @@ def test_the_fused_lora_forward_is_peft_s_and_steps_aside_where_it_does_not_appl
 
     torch.set_num_threads(1)
     model = with_adapter(llama_gqa() if arch == "llama-gqa" else load_model(tiny_model_dir)).train()
-    fused = [m for m in model.modules() if "forward" in vars(m) and vars(m)["forward"].__func__ is lora._fused_forward]
+    fused = [m for m in model.modules() if "forward" in vars(m) and vars(m)["forward"].__func__ is lora_forward._fused_forward]
     assert len(fused) == sum(1 for n, _ in model.named_modules() if n.endswith(".lora_A"))  # every adapted layer
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]  # frozen: the closed-form backward
-    assert norms and all(vars(m)["forward"].__func__ is lora._frozen_norm_forward for m in norms)
+    assert norms and all(vars(m)["forward"].__func__ is lora_forward._frozen_norm_forward for m in norms)
     assert len([m for m in model.modules() if "forward" in vars(m)]) == len(fused) + len(norms)
     assert any(m.base_layer.bias is not None for m in fused) == (arch == "tiny-qwen2")
     reference = copy.deepcopy(model)
@@ -209,7 +209,7 @@ def test_the_fused_lora_forward_is_peft_s_and_steps_aside_where_it_does_not_appl
 
     got, got_grads = run(model)
     want, want_grads = run(reference)
-    assert next(iter(fused)).forward.__func__ is lora._fused_forward
+    assert next(iter(fused)).forward.__func__ is lora_forward._fused_forward
     assert (got - want).abs().max().item() < 1e-5
     assert set(got_grads) == set(want_grads) and len(got_grads) == 2 * len(fused)  # A and B of every layer
     for name, g in want_grads.items():
@@ -243,7 +243,7 @@ def test_bf16_base_products_round_only_the_frozen_matmuls_and_follow_the_weight(
 
     torch.set_num_threads(1)
     model = with_adapter(load_model(tiny_model_dir)).train()
-    layer = next(m for m in model.modules() if "forward" in vars(m) and vars(m)["forward"].__func__ is lora._fused_forward)
+    layer = next(m for m in model.modules() if "forward" in vars(m) and vars(m)["forward"].__func__ is lora_forward._fused_forward)
     base, a, b, s = layer.base_layer, layer.lora_A["default"].weight, layer.lora_B["default"].weight, layer.scaling["default"]
     assert base.bias is not None and b.abs().sum() > 0  # tiny Qwen2's q_proj: a bias, and an adapter that acts
     x = torch.randn(2, 5, base.in_features, generator=torch.Generator().manual_seed(1), requires_grad=True)
@@ -256,12 +256,12 @@ def test_bf16_base_products_round_only_the_frozen_matmuls_and_follow_the_weight(
         return y.detach(), x.grad, a.grad, b.grad
 
     fp32 = run()
-    lora.set_base_precision(model, "bf16")
+    lora_forward.set_base_precision(model, "bf16")
     bf16 = run()
     x_NI, g_NO, wb = x.detach().reshape(-1, base.in_features), g.reshape(-1, base.out_features), base.weight.bfloat16()
 
-    def product(rows, w):  # bfloat16 inputs, rows zero-padded to the bucket oneDNN sees (lora._BF16_ROWS)
-        padded = torch.zeros(lora._BF16_ROWS, rows.shape[1], dtype=torch.bfloat16)
+    def product(rows, w):  # bfloat16 inputs, rows zero-padded to the bucket oneDNN sees (lora_forward._BF16_ROWS)
+        padded = torch.zeros(lora_forward._BF16_ROWS, rows.shape[1], dtype=torch.bfloat16)
         padded[:len(rows)] = rows
         return (padded @ w)[:len(rows)].float()
 
@@ -277,13 +277,13 @@ def test_bf16_base_products_round_only_the_frozen_matmuls_and_follow_the_weight(
     assert torch.allclose(run()[0] - bf16[0], product(x_NI, wb.t()).view_as(bf16[0]), atol=1e-5)
     with torch.no_grad():
         base.weight.div_(2)
-    lora.set_base_precision(model, "fp32")
+    lora_forward.set_base_precision(model, "fp32")
     assert torch.equal(run()[0], fp32[0])
 
-    assert lora.base_precision("fp32") == "fp32" and lora.base_precision("bf16") == "bf16"
+    assert lora_forward.base_precision("fp32") == "fp32" and lora_forward.base_precision("bf16") == "bf16"
     amx = "bf16" if torch.cpu._is_amx_tile_supported() else "fp32"
-    assert lora.base_precision("auto") == amx and lora.base_precision("auto", "cuda") == "fp32"
+    assert lora_forward.base_precision("auto") == amx and lora_forward.base_precision("auto", "cuda") == "fp32"
     cfg = _cfg(tmp_path, tiny_model_dir, "bf16", "trainer.lora_base_precision=auto")
     worker = PolicyWorker(tiny_model_dir, cfg.trainer, 1.0, 1, num_threads=1)
-    flags = {getattr(m, lora._BF16_FLAG) for m in worker.model.modules() if hasattr(m, lora._BF16_FLAG)}
+    flags = {getattr(m, lora_forward._BF16_FLAG) for m in worker.model.modules() if hasattr(m, lora_forward._BF16_FLAG)}
     assert worker.base_precision == amx and flags == {amx == "bf16"}
