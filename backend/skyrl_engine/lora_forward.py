@@ -14,7 +14,7 @@ from typing import Any
 
 PEFT_ADAPTER = "default"  # PEFT's name for the one adapter
 _BF16_FLAG = "_skyrl_base_bf16"  # on a PEFT LoRA Linear: its base products in bfloat16 (set_base_precision)
-_BF16_CACHE = "_skyrl_weight_bf16"  # on its base nn.Linear: (version, the weight in bfloat16)
+_BF16_CACHE = "_skyrl_weight_bf16"  # on its base nn.Linear: the weight in bfloat16, stamped (prepacked.stamp)
 _BF16_ROWS = 128  # bfloat16 products pad their rows to a multiple of this (_bf16_product)
 
 __all__ = ["PEFT_ADAPTER", "base_precision", "fuse_forward", "set_base_precision"]
@@ -161,16 +161,18 @@ def _bf16_product(x_NK: Any, w_KM: Any) -> Any:
 
 
 def _bf16_copy(base: Any) -> Any:
-    """``base``'s frozen weight in bfloat16, made once and remade if the weight is written in place (its version
-    counter moves, as ``load_state_dict`` or ``copy_`` make it)."""
+    """``base``'s frozen weight in bfloat16, made once and remade when the weight changes (written in place, as
+    ``load_state_dict`` or ``copy_`` do, or rebound): :func:`skyrl_engine.prepacked.current_copy`."""
     import torch
 
+    from skyrl_engine.prepacked import current_copy, stamp
+
     w = base.weight
-    cached = base.__dict__.get(_BF16_CACHE)
-    if cached is None or cached[0] != (w._version, w.data_ptr()):
-        cached = ((w._version, w.data_ptr()), w.detach().to(torch.bfloat16))
-        base.__dict__[_BF16_CACHE] = cached
-    return cached[1]
+    copy = current_copy(base.__dict__.get(_BF16_CACHE), w)
+    if copy is None:
+        copy = w.detach().to(torch.bfloat16)
+        base.__dict__[_BF16_CACHE] = stamp(w, copy)
+    return copy
 
 
 @functools.cache

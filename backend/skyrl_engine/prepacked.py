@@ -53,6 +53,22 @@ def worth_it(weight: torch.Tensor) -> bool:
             and weight.device.type == "cpu" and not (torch.is_grad_enabled() and weight.requires_grad) and available())
 
 
+def stamp(weight: torch.Tensor, copy: Any) -> tuple[Any, int, Any, Any]:
+    """``copy``, made from ``weight``, with what tells whether it is still current (:func:`current_copy`): a weak
+    reference to the weight, its version counter, and its storage, kept referenced so that no later storage can take
+    its address while the stamp lives."""
+    return weakref.ref(weight), weight._version, weight.untyped_storage(), copy
+
+
+def current_copy(stamped: tuple[Any, int, Any, Any] | None, weight: torch.Tensor) -> Any:
+    """The copy :func:`stamp` kept, if ``weight`` is the weight it was made from and has not changed since (not
+    written in place: its version counter; not rebound: its storage); else None."""
+    if (stamped is not None and stamped[0]() is weight and stamped[1] == weight._version
+            and stamped[2].data_ptr() == weight.untyped_storage().data_ptr()):
+        return stamped[3]
+    return None
+
+
 class Prepacked:
     """``packs.linear(x, weight, bias=None)``: ``F.linear(x, weight, bias)``, through a reordered copy of ``weight``
     when :func:`worth_it` (made on first use, remade when the weight changes)."""
@@ -64,14 +80,12 @@ class Prepacked:
         """The reordered copy of ``weight``, current with its values."""
         import torch
 
-        hit = self._packs.get(id(weight))
-        if (hit is not None and hit[0]() is weight and hit[1] == weight._version
-                and hit[2].data_ptr() == weight.untyped_storage().data_ptr()):
-            return hit[3]
+        packed = current_copy(self._packs.get(id(weight)), weight)
+        if packed is not None:
+            return packed
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), _ROWS_HINT)
         self._packs = {k: v for k, v in self._packs.items() if v[0]() is not None}  # forget freed weights
-        # the storage packed from stays referenced, so no later storage can take its address while the entry lives
-        self._packs[id(weight)] = (weakref.ref(weight), weight._version, weight.untyped_storage(), packed)
+        self._packs[id(weight)] = stamp(weight, packed)
         return packed
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
