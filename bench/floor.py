@@ -245,6 +245,5 @@ def main(argv: list[str] | None = None) -> int:
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps({k: result[k] for k in ("model", "arm", "base_precision", "machine", "ratio_to_floor", "median_s",
-                                             "median_floor_s",
-                                             "load_avg_1m")}))
+                                             "median_floor_s", "load_avg_1m")}))
     return 0
