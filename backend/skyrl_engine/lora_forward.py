@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from skyrl_engine.prepacked import current_copy, stamp
+
 PEFT_ADAPTER = "default"  # PEFT's name for the one adapter
 _BF16_FLAG = "_skyrl_base_bf16"  # on a PEFT LoRA Linear: its base products in bfloat16 (set_base_precision)
 _BF16_CACHE = "_skyrl_weight_bf16"  # on its base nn.Linear: the weight in bfloat16, stamped (prepacked.stamp)
@@ -164,8 +166,6 @@ def _bf16_copy(base: Any) -> Any:
     """``base``'s frozen weight in bfloat16, made once and remade when the weight changes (written in place, as
     ``load_state_dict`` or ``copy_`` do, or rebound): :func:`skyrl_engine.prepacked.current_copy`."""
     import torch
-
-    from skyrl_engine.prepacked import current_copy, stamp
 
     w = base.weight
     copy = current_copy(base.__dict__.get(_BF16_CACHE), w)
