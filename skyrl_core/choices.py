@@ -130,7 +130,8 @@ class BasePrecision(StrEnum):
     """``trainer.lora_base_precision``: how the matmuls through LoRA's frozen base weights are computed on a CPU.
     ``fp32`` (the default) all in float32; ``bf16`` from bfloat16 copies of the inputs and the weights, accumulated
     in float32 (the adapters, activations, norms, attention and head stay float32); ``auto`` is ``bf16`` on a CPU
-    with AMX-BF16 tiles (4th-generation Xeon and later), ``fp32`` elsewhere."""
+    that multiplies bfloat16 in hardware (AMX-BF16 tiles: 4th-generation Xeon and later; AVX512-BF16: 4th-generation
+    EPYC, 3rd-generation Xeon), ``fp32`` elsewhere."""
     FP32, BF16, AUTO = "fp32", "bf16", "auto"
 
 

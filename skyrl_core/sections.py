@@ -368,7 +368,7 @@ class TrainerConfig(_Section):
     num_threads: int = Field(0, ge=0)
     # skyrl-nb's: the trainer's passes run each distinct prompt of a micro-batch once (docs/config.md)
     share_prompt_prefix: bool = True
-    # skyrl-nb's: LoRA's frozen base matmuls in bfloat16 on CPUs with AMX (docs/config.md, skyrl_engine.lora_forward)
+    # skyrl-nb's: LoRA's frozen base matmuls in bfloat16 on CPUs with AMX or AVX512-BF16 (docs/config.md, lora_forward)
     lora_base_precision: BasePrecision = BasePrecision.FP32
     # SkyRL's key and names; skyrl-nb's default is console (SkyRL's, wandb, needs an account). The engine's
     # trackers: skyrl_engine/tracking.py (MLflow reads MLFLOW_TRACKING_URI, a SageMaker MLflow ARN included)

@@ -180,7 +180,7 @@ _NOT_SENT = {
     "trainer.share_prompt_prefix": "how skyrl-nb's trainer computes its forward passes (the same values to float "
                                    "rounding); SkyRL's packs samples its own way",
     "trainer.lora_base_precision": "how skyrl-nb's CPU trainer computes LoRA's frozen base matmuls (bfloat16 "
-                                   "rounding on AMX); SkyRL's GPU workers compute under their own mixed precision",
+                                   "rounding); SkyRL's GPU workers compute under their own mixed precision",
     "run.run_root": "the bridge's --run-dir (<run_root>/<run_id>)",
     "run.run_id": "the bridge's --run-dir; also SkyRL's trainer.run_name",
     "run.store_token_data": "the bridge's --no-token-data when false",

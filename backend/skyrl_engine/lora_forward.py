@@ -127,7 +127,8 @@ def _fused_forward(layer: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
 def set_base_precision(peft_model: Any, precision: str) -> None:
     """``"bf16"``: the plain LoRA layers of ``peft_model`` compute their frozen base products (the forward's
     ``x W0ᵀ`` and the backward's ``g W0``) from bfloat16 copies of ``x``/``g`` and ``W0``, accumulated in float32
-    (AMX's tiles on a Xeon of the 4th generation or later: ~7× float32's rate at SmolLM2's shapes); the adapters,
+    (AMX's tiles on a Xeon of the 4th generation or later: ~7× float32's rate at SmolLM2's shapes; AVX512-BF16's dot
+    products on an EPYC of the 4th generation: ~2.2×); the adapters,
     their gradients, the activations, norms, attention and head stay float32. ``"fp32"``: all float32 (the
     default). ``trainer.lora_base_precision`` (:func:`base_precision` resolves ``auto``)."""
     from peft.tuners.lora import Linear as PeftLinear
@@ -138,14 +139,16 @@ def set_base_precision(peft_model: Any, precision: str) -> None:
 
 
 def base_precision(setting: str, device: str = "cpu") -> str:
-    """``trainer.lora_base_precision`` as the worker applies it: ``auto`` is ``bf16`` on a CPU with AMX-BF16 tiles
-    (where bfloat16 matmuls run several times float32's rate) and ``fp32`` elsewhere (AVX2 or AVX-512 alone emulate
-    bfloat16 matmuls more slowly than float32; a GPU trains under its own mixed precision)."""
+    """``trainer.lora_base_precision`` as the worker applies it: ``auto`` is ``bf16`` on a CPU that multiplies
+    bfloat16 in hardware, with AMX-BF16 tiles (Xeon 4th generation and later: ~7× float32's rate at SmolLM2's shapes)
+    or AVX512-BF16 dot products (EPYC 4th generation, Xeon 3rd: ~2.2×), and ``fp32`` elsewhere (AVX2 or AVX-512
+    alone emulate bfloat16 matmuls more slowly than float32; a GPU trains under its own mixed precision)."""
     import torch
 
     if setting != "auto":
         return setting
-    return "bf16" if device == "cpu" and torch.cpu._is_amx_tile_supported() else "fp32"
+    native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+    return "bf16" if device == "cpu" and native else "fp32"
 
 
 def _bf16_product(x_NK: Any, w_KM: Any) -> Any:

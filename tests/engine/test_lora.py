@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -237,7 +238,7 @@ def test_the_fused_lora_forward_is_peft_s_and_steps_aside_where_it_does_not_appl
 def test_bf16_base_products_round_only_the_frozen_matmuls_and_follow_the_weight(tiny_model_dir, tmp_path):
     """``trainer.lora_base_precision=bf16``: the frozen ``x W0ᵀ`` and ``g W0`` from bfloat16 copies, accumulated in
     float32; the adapters' products and every gradient of ``A`` and ``B`` stay float32. ``auto`` resolves to bf16
-    exactly where the CPU has AMX tiles."""
+    exactly where the CPU multiplies bfloat16 in hardware (AMX tiles or AVX512-BF16)."""
     from skyrl_engine.models import load_model
     from skyrl_engine.policy import PolicyWorker
 
@@ -281,9 +282,15 @@ def test_bf16_base_products_round_only_the_frozen_matmuls_and_follow_the_weight(
     assert torch.equal(run()[0], fp32[0])
 
     assert lora_forward.base_precision("fp32") == "fp32" and lora_forward.base_precision("bf16") == "bf16"
-    amx = "bf16" if torch.cpu._is_amx_tile_supported() else "fp32"
-    assert lora_forward.base_precision("auto") == amx and lora_forward.base_precision("auto", "cuda") == "fp32"
+    native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+    want = "bf16" if native else "fp32"
+    assert lora_forward.base_precision("auto") == want and lora_forward.base_precision("auto", "cuda") == "fp32"
+    with mock.patch.object(torch.cpu, "_is_amx_tile_supported", return_value=False):
+        with mock.patch.object(torch.cpu, "_is_avx512_bf16_supported", return_value=True):  # a 4th-generation EPYC
+            assert lora_forward.base_precision("auto") == "bf16"
+        with mock.patch.object(torch.cpu, "_is_avx512_bf16_supported", return_value=False):  # AVX2, AVX-512 alone
+            assert lora_forward.base_precision("auto") == "fp32"
     cfg = _cfg(tmp_path, tiny_model_dir, "bf16", "trainer.lora_base_precision=auto")
     worker = PolicyWorker(tiny_model_dir, cfg.trainer, 1.0, 1, num_threads=1)
     flags = {getattr(m, lora_forward._BF16_FLAG) for m in worker.model.modules() if hasattr(m, lora_forward._BF16_FLAG)}
-    assert worker.base_precision == amx and flags == {amx == "bf16"}
+    assert worker.base_precision == want and flags == {want == "bf16"}
