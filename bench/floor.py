@@ -21,9 +21,9 @@ One command, one result file. In the same process, back to back:
      the response positions only (the only logits the loss needs);
    - *backward*: full fine-tuning ``2 x forward`` (input and weight gradients); LoRA ``1 x forward`` (input
      gradients through the frozen weights; the adapters' own are negligible);
-   - with ``trainer.lora_base_precision`` at bf16 (the ``smollm2`` preset's ``auto`` on a CPU with AMX) the decoder's
-     frozen matmuls, forward and backward, count at the **bf16** rate, the head and attention at fp32's: the floor
-     of the step as it computes, not of a float32 step;
+   - with ``trainer.lora_base_precision`` at bf16 (the ``smollm2`` preset's ``auto`` on a CPU with AMX or
+     AVX512-BF16) the decoder's frozen matmuls, forward and backward, count at the **bf16** rate, the head and
+     attention at fp32's: the floor of the step as it computes, not of a float32 step;
    - *optimizer*: AdamW reads and writes parameter, gradient and both moments of every trainable weight.
    The attention products (``4 x layers x hidden x context`` per token) are added to each; they are small here.
 
