@@ -147,8 +147,9 @@ def base_precision(setting: str, device: str = "cpu") -> str:
 
     if setting != "auto":
         return setting
-    native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
-    return "bf16" if device == "cpu" and native else "fp32"
+    if device != "cpu":
+        return "fp32"
+    return "bf16" if torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported() else "fp32"
 
 
 def _bf16_product(x_NK: Any, w_KM: Any) -> Any:
